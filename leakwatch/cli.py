@@ -1,0 +1,42 @@
+"""The `leakwatch` command: one subcommand per tool, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import LeakwatchError
+
+# subcommand -> (module with add_arguments(parser) and run(args) -> int, one-line help)
+COMMANDS = {
+    "stack": ("leakwatch.stack", "start, stop and inspect the serving + observability stack"),
+    "generate": ("leakwatch.generate.command", "write (or --check) the files generated from config/"),
+    "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leakwatch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except LeakwatchError as exc:
+        print(f"leakwatch {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

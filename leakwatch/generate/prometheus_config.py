@@ -1,0 +1,61 @@
+"""prometheus.yml for both runners, from config/stack.yaml.
+
+The runners differ only in where targets live (compose service names vs 127.0.0.1 ports), so one
+function builds both and the scrape jobs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..settings import StackSettings
+
+
+@dataclass(frozen=True)
+class ScrapeJob:
+    name: str
+    targets: list[str]
+    metrics_path: str = "/metrics"
+    # Compose discovers optional services (e.g. DCGM on GPU profiles) by DNS, so a service that is
+    # not running has no target at all instead of a target that is down.
+    dns_names: tuple[str, ...] = ()
+    dns_port: int | None = None
+
+
+def prometheus_config(
+    settings: StackSettings,
+    jobs: list[ScrapeJob],
+    alertmanager_targets: list[str],
+    rule_files: list[str],
+) -> dict:
+    prom = settings.prometheus
+    scrape_configs = []
+    for job in jobs:
+        entry: dict = {"job_name": job.name}
+        if job.metrics_path != "/metrics":
+            entry["metrics_path"] = job.metrics_path
+        if job.dns_names:
+            entry["dns_sd_configs"] = [
+                {"names": list(job.dns_names), "type": "A", "port": job.dns_port, "refresh_interval": "30s"}
+            ]
+            # Name the instance after the service, not the container's changing IP.
+            entry["relabel_configs"] = [
+                {
+                    "source_labels": ["__meta_dns_name"],
+                    "target_label": "instance",
+                    "regex": "(.+)",
+                    "replacement": f"$1:{job.dns_port}",
+                }
+            ]
+        else:
+            entry["static_configs"] = [{"targets": list(job.targets)}]
+        scrape_configs.append(entry)
+    return {
+        "global": {
+            "scrape_interval": prom["scrape_interval"],
+            "evaluation_interval": prom["evaluation_interval"],
+        },
+        "rule_files": rule_files,
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": alertmanager_targets}]}]},
+        "scrape_configs": scrape_configs,
+    }

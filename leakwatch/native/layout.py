@@ -1,0 +1,57 @@
+"""The files of one native stack under its state directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import state_dir
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    root: Path
+
+    @classmethod
+    def current(cls) -> "StateLayout":
+        return cls(state_dir())
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "conf"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def supervisord_conf(self) -> Path:
+        return self.conf / "supervisord.conf"
+
+    @property
+    def supervisor_socket(self) -> Path:
+        return self.root / "supervisor.sock"
+
+    @property
+    def supervisord_pid(self) -> Path:
+        return self.root / "supervisord.pid"
+
+    @property
+    def stack_info(self) -> Path:
+        """What `up` started (model, ports), read by status/down and by other tools."""
+        return self.root / "stack.json"
+
+    def log(self, program: str) -> Path:
+        return self.logs / f"{program}.log"
+
+    def make_dirs(self) -> None:
+        for path in (self.conf, self.data, self.logs, self.models):
+            path.mkdir(parents=True, exist_ok=True)

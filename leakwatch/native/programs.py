@@ -1,0 +1,136 @@
+"""The processes of the native stack: commands, environment and health endpoints."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import profiles as model_profiles
+from ..errors import LeakwatchError
+from ..paths import RULES_DIR, ALERTMANAGER_DIR
+from ..settings import StackSettings
+from .layout import StateLayout
+
+# Debian package that provides each binary, for the error message when one is missing.
+DEBIAN_BINARIES = {
+    "prometheus": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "prometheus-node-exporter": "prometheus-node-exporter",
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str                 # supervisor program name and log file name
+    service: str              # the service in config/stack.yaml whose port it listens on
+    command: list[str]
+    health_path: str          # GET on 127.0.0.1:<port><health_path> returns 200 when ready
+    environment: dict[str, str] = field(default_factory=dict)
+    stop_wait_s: int = 10
+    ready_timeout_s: int = 60
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    if not path:
+        raise LeakwatchError(
+            f"{name} is not installed; `make up` installs it (Debian package {DEBIAN_BINARIES[name]!r}), "
+            f"or run: apt-get install {DEBIAN_BINARIES[name]}"
+        )
+    return path
+
+
+def model_path(profile: model_profiles.Profile, layout: StateLayout) -> Path:
+    if profile.source != "demo":
+        raise LeakwatchError(f"profile {profile.name!r} has no local model for the native runner")
+    return layout.models / "demo"
+
+
+def vllm_program(
+    settings: StackSettings,
+    profile: model_profiles.Profile,
+    layout: StateLayout,
+    extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Program:
+    port = settings.service("vllm").port
+    # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
+    shutdown_timeout = 20
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
+        "--host", settings.bind_address,
+        "--port", str(port),
+        "--shutdown-timeout", str(shutdown_timeout),
+        *(extra_args or []),
+    ]
+    return Program(
+        name="vllm",
+        service="vllm",
+        command=command,
+        health_path="/health",
+        environment={**model_profiles.vllm_environment(profile), **(extra_env or {})},
+        stop_wait_s=shutdown_timeout + 15,
+        ready_timeout_s=600,
+    )
+
+
+def stack_programs(
+    settings: StackSettings,
+    profile: model_profiles.Profile,
+    layout: StateLayout,
+    vllm_extra_args: list[str] | None = None,
+    vllm_extra_env: dict[str, str] | None = None,
+) -> list[Program]:
+    bind = settings.bind_address
+    svc = settings.service
+    retention = settings.prometheus["retention"]
+    return [
+        Program(
+            name="prometheus",
+            service="prometheus",
+            command=[
+                binary("prometheus"),
+                f"--config.file={layout.conf / 'prometheus.yml'}",
+                f"--storage.tsdb.path={layout.data / 'prometheus'}",
+                f"--storage.tsdb.retention.time={retention}",
+                f"--web.listen-address={bind}:{svc('prometheus').port}",
+                # Lets `leakwatch` reload rules after regenerating them (loopback only by default).
+                "--web.enable-lifecycle",
+            ],
+            health_path="/-/ready",
+        ),
+        Program(
+            name="alertmanager",
+            service="alertmanager",
+            command=[
+                binary("prometheus-alertmanager"),
+                f"--config.file={layout.conf / 'alertmanager.yml'}",
+                f"--storage.path={layout.data / 'alertmanager'}",
+                f"--web.listen-address={bind}:{svc('alertmanager').port}",
+                # One instance: no gossip listener on 0.0.0.0.
+                "--cluster.listen-address=",
+            ],
+            health_path="/-/ready",
+        ),
+        Program(
+            name="node-exporter",
+            service="node_exporter",
+            command=[
+                binary("prometheus-node-exporter"),
+                f"--web.listen-address={bind}:{svc('node_exporter').port}",
+            ],
+            health_path="/metrics",
+        ),
+        vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
+    ]
+
+
+def rules_glob() -> str:
+    return str(RULES_DIR / "*.yml")
+
+
+def alertmanager_source() -> Path:
+    return ALERTMANAGER_DIR / "alertmanager.yml"

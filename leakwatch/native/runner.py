@@ -1,0 +1,317 @@
+"""up / down / status / logs for the native stack."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import xmlrpc.client
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from .. import demo_model
+from .. import profiles as model_profiles
+from ..errors import LeakwatchError
+from ..generate import yamlfmt
+from ..generate.prometheus_config import prometheus_config
+from ..settings import StackSettings, load as load_settings
+from ..topology import native_jobs
+from . import ports, supervisor
+from .layout import StateLayout
+from .programs import Program, alertmanager_source, rules_glob, stack_programs
+
+FATAL_STATES = {"FATAL", "EXITED", "STOPPED", "UNKNOWN"}
+
+
+class NativeStack:
+    def __init__(self, layout: StateLayout | None = None, settings: StackSettings | None = None):
+        self.layout = layout or StateLayout.current()
+        self.settings = settings or load_settings()
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def supervisord_pid(self) -> int | None:
+        try:
+            pid = int(self.layout.supervisord_pid.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            if "supervisord" in " ".join(proc.cmdline()):
+                return pid
+        except psutil.Error:
+            pass
+        return None
+
+    def is_running(self) -> bool:
+        return self.supervisord_pid() is not None
+
+    def info(self) -> dict:
+        try:
+            return json.loads(self.layout.stack_info.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def rpc(self):
+        return supervisor.client(self.layout.supervisor_socket).supervisor
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of this stack, found by the marker in its environment."""
+        marker = f"{supervisor.STACK_MARKER_ENV}={self.layout.root}".encode()
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                    if marker in fh.read().split(b"\0"):
+                        found.append(proc)
+            except OSError:
+                continue
+        return found
+
+    @contextmanager
+    def _lock(self):
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        with open(self.layout.root / ".lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LeakwatchError(f"another leakwatch command is starting or stopping the stack in {self.layout.root}") from None
+            yield
+
+    # -- up ----------------------------------------------------------------------------------------
+
+    def programs(self, profile, vllm_extra_args=None, vllm_extra_env=None) -> list[Program]:
+        return stack_programs(self.settings, profile, self.layout, vllm_extra_args, vllm_extra_env)
+
+    def up(
+        self,
+        model: str = model_profiles.DEFAULT_PROFILE,
+        *,
+        vllm_extra_args: list[str] | None = None,
+        vllm_extra_env: dict[str, str] | None = None,
+        out=sys.stdout,
+    ) -> dict:
+        profile = model_profiles.load(model)
+        if profile.needs_gpu:
+            raise LeakwatchError(
+                f"profile {profile.name!r} needs {profile.gpu_count}x {profile.hardware.get('gpu')} GPUs; the native "
+                f"runner serves with vLLM's CPU backend. Run it on a GPU host with Docker: "
+                f"make up MODEL={profile.name} STACK=compose"
+            )
+        with self._lock():
+            if self.is_running():
+                running = self.info().get("model")
+                if running != profile.name:
+                    raise LeakwatchError(
+                        f"the native stack is already running with model {running!r}; run `make down` first"
+                    )
+                programs = self.programs(profile, vllm_extra_args, vllm_extra_env)
+                print(f"native stack already running (model {running}); checking health", file=out)
+                self._wait_healthy(programs)
+                self._print_urls(profile, out)
+                return self.info()
+
+            leftovers = self.processes()
+            if leftovers:
+                raise LeakwatchError(
+                    f"processes of an earlier stack in {self.layout.root} are still running "
+                    f"(pids {', '.join(str(p.pid) for p in leftovers)}); run `make down` first"
+                )
+            programs = self.programs(profile, vllm_extra_args, vllm_extra_env)
+            for prog in programs:
+                svc = self.settings.service(prog.service)
+                ports.require_free(self.settings.bind_address, svc.port, prog.name, svc.port_env)
+
+            self.layout.make_dirs()
+            if profile.source == "demo":
+                print("preparing the offline demo model ...", file=out)
+                demo_model.build(self.layout.models / "demo")
+            self._render_configs(programs)
+            info = {
+                "runner": "native",
+                "model": profile.name,
+                "served_model_name": profile.served_name,
+                "bind_address": self.settings.bind_address,
+                "ports": {p.service: self.settings.service(p.service).port for p in programs},
+                "started_at": time.time(),
+            }
+            self.layout.stack_info.write_text(json.dumps(info, indent=1))
+            print(f"starting supervisord ({self.layout.supervisord_conf})", file=out)
+            supervisord = Path(sys.executable).with_name("supervisord")
+            subprocess.run([str(supervisord), "-c", str(self.layout.supervisord_conf)], check=True)
+            try:
+                self._wait_healthy(programs)
+            except LeakwatchError:
+                print("start-up failed; stopping what was started", file=out)
+                self._stop()
+                raise
+            self._print_urls(profile, out)
+            return info
+
+    def _render_configs(self, programs: list[Program]) -> None:
+        settings = self.settings
+        prom = prometheus_config(
+            settings,
+            native_jobs(settings),
+            alertmanager_targets=[f"127.0.0.1:{settings.service('alertmanager').port}"],
+            rule_files=[rules_glob()],
+        )
+        header = "GENERATED by `leakwatch stack up` for this native stack; rewritten on every start."
+        (self.layout.conf / "prometheus.yml").write_text(yamlfmt.dump(prom, header))
+        (self.layout.conf / "alertmanager.yml").write_text(alertmanager_source().read_text())
+        base_env = {"PYTHONUNBUFFERED": "1"}
+        self.layout.supervisord_conf.write_text(supervisor.render_conf(self.layout, programs, base_env))
+
+    def _health_url(self, prog: Program) -> str:
+        host = self.settings.bind_address
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.settings.service(prog.service).port}{prog.health_path}"
+
+    def healthy(self, prog: Program) -> bool:
+        try:
+            with urllib.request.urlopen(self._health_url(prog), timeout=5) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _wait_healthy(self, programs: list[Program]) -> None:
+        pending = {p.name: p for p in programs}
+        started = time.monotonic()
+        while pending:
+            states = self._states()
+            for name, prog in list(pending.items()):
+                state = states.get(name, {}).get("statename")
+                if state in FATAL_STATES:
+                    raise LeakwatchError(
+                        f"{name} failed to start ({state}); last lines of {self.layout.log(name)}:\n"
+                        + self.tail(name, 25)
+                    )
+                if state == "RUNNING" and self.healthy(prog):
+                    del pending[name]
+                elif time.monotonic() - started > prog.ready_timeout_s:
+                    raise LeakwatchError(
+                        f"{name} not healthy after {prog.ready_timeout_s}s ({self._health_url(prog)}); last lines of "
+                        f"{self.layout.log(name)}:\n" + self.tail(name, 25)
+                    )
+            if pending:
+                time.sleep(1)
+
+    def _states(self) -> dict[str, dict]:
+        try:
+            return {p["name"]: p for p in self.rpc().getAllProcessInfo()}
+        except (OSError, xmlrpc.client.Error):
+            return {}
+
+    def tail(self, program: str, lines: int) -> str:
+        try:
+            return "".join(self.layout.log(program).read_text(errors="replace").splitlines(True)[-lines:])
+        except OSError:
+            return "(no log yet)"
+
+    def urls(self) -> dict[str, str]:
+        info = self.info()
+        host = info.get("bind_address", "127.0.0.1")
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        p = info.get("ports", {})
+        return {
+            "vllm": f"http://{host}:{p.get('vllm')}",
+            "prometheus": f"http://{host}:{p.get('prometheus')}",
+            "alertmanager": f"http://{host}:{p.get('alertmanager')}",
+            "node_exporter": f"http://{host}:{p.get('node_exporter')}/metrics",
+        }
+
+    def _print_urls(self, profile, out) -> None:
+        u = self.urls()
+        print(
+            f"\nleakwatch native stack is up (model profile {profile.name}, served as {profile.served_name!r}):\n"
+            f"  vLLM OpenAI API   {u['vllm']}/v1\n"
+            f"  Prometheus        {u['prometheus']}  (alerts: {u['prometheus']}/alerts)\n"
+            f"  Alertmanager      {u['alertmanager']}\n"
+            f"  node exporter     {u['node_exporter']}\n"
+            f"  Grafana           not run natively (no Grafana package here); use STACK=compose on a Docker host,\n"
+            f"                    or import grafana/dashboards/*.json into your Grafana\n"
+            f"  logs              {self.layout.logs}  (make logs)\n"
+            f"  stop              make down\n",
+            file=out,
+        )
+
+    # -- down --------------------------------------------------------------------------------------
+
+    def down(self, out=sys.stdout) -> list[int]:
+        with self._lock():
+            return self._stop(out)
+
+    def _stop(self, out=sys.stdout) -> list[int]:
+        """Stops supervisord and its programs; returns pids that had to be killed afterwards."""
+        pid = self.supervisord_pid()
+        if pid is not None:
+            try:
+                self.rpc().shutdown()
+            except (OSError, xmlrpc.client.Error):
+                os.kill(pid, 15)
+            try:
+                psutil.Process(pid).wait(timeout=120)
+            except psutil.TimeoutExpired:
+                os.kill(pid, 9)
+            except psutil.NoSuchProcess:
+                pass
+        leftovers = self.processes()
+        for proc in leftovers:
+            try:
+                proc.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(leftovers, timeout=10)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=10)
+        self.layout.supervisor_socket.unlink(missing_ok=True)
+        if pid is None and not leftovers:
+            print("native stack is not running", file=out)
+        else:
+            print("native stack stopped", file=out)
+        if leftovers:
+            print(f"killed leftover processes: {[p.pid for p in leftovers]}", file=out)
+        return [p.pid for p in leftovers]
+
+    # -- status / logs -----------------------------------------------------------------------------
+
+    def status(self, out=sys.stdout) -> bool:
+        """Prints each program's state and health; True when everything is running and healthy."""
+        if not self.is_running():
+            print(f"native stack is not running ({self.layout.root})", file=out)
+            return False
+        info = self.info()
+        profile = model_profiles.load(info["model"])
+        ok = True
+        states = self._states()
+        print(f"native stack, model profile {info['model']} ({self.layout.root})", file=out)
+        for prog in self.programs(profile):
+            st = states.get(prog.name, {})
+            healthy = st.get("statename") == "RUNNING" and self.healthy(prog)
+            ok &= healthy
+            print(
+                f"  {prog.name:<14} {st.get('statename', 'MISSING'):<9} {'healthy' if healthy else 'UNHEALTHY':<9} "
+                f"{st.get('description', '')}  {self._health_url(prog)}",
+                file=out,
+            )
+        return ok
+
+    def logs(self, program: str | None = None, follow: bool = True, lines: int = 50) -> int:
+        files = [self.layout.log(program)] if program else sorted(self.layout.logs.glob("*.log"))
+        if not files or not all(f.exists() for f in files):
+            raise LeakwatchError(f"no logs in {self.layout.logs}; is the stack started (`make up`)?")
+        cmd = ["tail", "-n", str(lines), *(["-F"] if follow else []), *map(str, files)]
+        return subprocess.call(cmd)

@@ -1,0 +1,23 @@
+"""Where things live: the repository's own files and the runtime state of a native stack."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "config"
+PROFILES_DIR = REPO_ROOT / "serving" / "profiles"
+PROMETHEUS_DIR = REPO_ROOT / "prometheus"
+RULES_DIR = PROMETHEUS_DIR / "rules"
+ALERTMANAGER_DIR = REPO_ROOT / "alertmanager"
+GRAFANA_DIR = REPO_ROOT / "grafana"
+
+
+def state_dir() -> Path:
+    """Runtime files of the native stack (configs, data, logs, demo model); never committed.
+
+    LEAKWATCH_STATE_DIR lets tests and parallel checkouts run separate stacks side by side.
+    """
+    return Path(os.environ.get("LEAKWATCH_STATE_DIR", REPO_ROOT / ".stack")).resolve()
+

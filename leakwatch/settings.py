@@ -1,0 +1,109 @@
+"""Reads config/stack.yaml (ports, images, versions, intervals) with environment overrides."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .errors import LeakwatchError
+from .paths import CONFIG_DIR
+
+STACK_FILE = CONFIG_DIR / "stack.yaml"
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    default_port: int
+    port_env: str
+    image: str | None
+    extra: dict
+
+    @property
+    def port(self) -> int:
+        """The port, from the service's environment variable when set."""
+        return port_from_env(self.port_env, self.default_port)
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    vllm_version: str
+    default_bind_address: str
+    prometheus: dict
+    services: dict[str, Service]
+
+    @property
+    def bind_address(self) -> str:
+        value = os.environ.get("BIND_ADDRESS", "").strip() or self.default_bind_address
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise LeakwatchError(f"BIND_ADDRESS={value!r} is not an IP address (e.g. 127.0.0.1)") from None
+        return value
+
+    def service(self, name: str) -> Service:
+        return self.services[name]
+
+
+def port_from_env(env_name: str, default: int) -> int:
+    raw = os.environ.get(env_name, "").strip()
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise LeakwatchError(f"{env_name}={raw!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise LeakwatchError(f"{env_name}={port} is outside 1-65535")
+    return port
+
+
+def _format(value, variables: dict):
+    return value.format(**variables) if isinstance(value, str) else value
+
+
+@lru_cache(maxsize=None)
+def load(path: Path = STACK_FILE) -> StackSettings:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise LeakwatchError(f"cannot read {path}: {exc}") from None
+    variables = {"vllm_version": str(raw["vllm_version"])}
+    services = {}
+    for name, spec in raw["services"].items():
+        spec = {key: _format(value, variables) for key, value in spec.items()}
+        services[name] = Service(
+            name=name,
+            default_port=int(spec.pop("port")),
+            port_env=spec.pop("port_env"),
+            image=spec.pop("image", None),
+            extra=spec,
+        )
+    return StackSettings(
+        vllm_version=variables["vllm_version"],
+        default_bind_address=str(raw["bind_address"]),
+        prometheus=dict(raw["prometheus"]),
+        services=services,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m leakwatch.settings vllm-version` prints single facts for shell scripts."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    settings = load()
+    if argv == ["vllm-version"]:
+        print(settings.vllm_version)
+        return 0
+    print("usage: python -m leakwatch.settings vllm-version", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Shared fixtures: a real native stack (vLLM CPU, Prometheus, Alertmanager, node exporter) on free
+ports in a private state directory, started once per session and stopped at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from leakwatch.native.layout import StateLayout
+from leakwatch.native.ports import free_port
+from leakwatch.native.runner import NativeStack
+from leakwatch.promapi import Prometheus
+from leakwatch.settings import load as load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+def stack_port_env() -> dict[str, str]:
+    """A free port for every service, so test stacks never collide with a user's `make up`."""
+    return {svc.port_env: str(free_port()) for svc in load_settings().services.values()}
+
+
+def short_state_dir(prefix: str) -> Path:
+    # supervisord's unix socket path must stay under ~100 characters: keep it in /tmp.
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@dataclass
+class RunningStack:
+    stack: NativeStack
+    env: dict[str, str]
+
+    @property
+    def layout(self) -> StateLayout:
+        return self.stack.layout
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.env[load_settings().service(service).port_env]}"
+
+    @property
+    def vllm_url(self) -> str:
+        return self.url("vllm")
+
+    @property
+    def prometheus(self) -> Prometheus:
+        return Prometheus(self.url("prometheus"))
+
+    @property
+    def model(self) -> str:
+        return self.stack.info()["served_model_name"]
+
+
+@contextlib.contextmanager
+def running_native_stack(prefix: str, model: str = "demo", **up_kwargs):
+    state = short_state_dir(prefix)
+    env = {**stack_port_env(), "LEAKWATCH_STATE_DIR": str(state)}
+    with environ(env):
+        stack = NativeStack()
+        try:
+            stack.up(model, out=io.StringIO(), **up_kwargs)
+            yield RunningStack(stack, env)
+        finally:
+            stack.down(out=io.StringIO())
+            shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def native_stack():
+    """The shared real stack for tests that only read from it or send ordinary traffic."""
+    with running_native_stack("lw-session-") as running:
+        yield running
