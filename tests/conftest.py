@@ -92,3 +92,20 @@ def native_stack():
     """The shared real stack for tests that only read from it or send ordinary traffic."""
     with running_native_stack("lw-session-") as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def metric_catalogue(native_stack) -> set[str]:
+    """Every metric name the real exporters emit: a live scrape of each target of the running stack
+    (after some traffic, so per-request series exist) plus DCGM's default list (no GPU here)."""
+    import requests
+
+    from leakwatch.catalogue import dcgm_metrics, scrape_names
+
+    for i in range(3):
+        requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
+                      json={"model": native_stack.model, "prompt": f"catalogue {i}", "max_tokens": 8})
+    names: set[str] = set()
+    for target in native_stack.prometheus.targets():
+        names |= scrape_names(target["scrapeUrl"])
+    return names | set(dcgm_metrics())

@@ -1,0 +1,82 @@
+"""Which metric names the real exporters emit, and which names a PromQL expression uses.
+
+Rules and dashboards are checked against this catalogue (a contract test), so a query on a metric
+that no exporter emits (the articles' `nvidia_smi_memory_used`, vLLM's removed
+`gpu_cache_usage_perc`) fails the suite instead of a dashboard going blank in production.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import requests
+
+from .paths import CONFIG_DIR
+
+METRICS_DIR = CONFIG_DIR / "metrics"
+
+PROMQL_KEYWORDS = {
+    "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "bool", "offset", "inf", "nan", "atan2", "start", "end",
+}
+# Clauses whose parenthesised list holds label names, not metrics.
+_LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", re.I)
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
+_SELECTOR_BODY = re.compile(r"\{([^}]*)\}")
+_NAME_MATCHER = re.compile(r"__name__\s*=\s*(\"[^\"]*\"|'[^']*')")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_TEMPLATE_VAR = re.compile(r"\$\{[^}]*\}|\$\w+")
+_IDENT = re.compile(r"(?<![\w.:])[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (Grafana template variables allowed)."""
+    names: set[str] = set()
+    text = _TEMPLATE_VAR.sub("1", expr)
+    for body in _SELECTOR_BODY.findall(text):
+        names.update(m.strip("\"'") for m in _NAME_MATCHER.findall(body))
+    text = _SELECTOR_BODY.sub(" ", text)
+    text = _STRING.sub(" ", text)
+    text = _RANGE.sub(" ", text)
+    text = _LABEL_LIST.sub(" ", text)
+    # The look-behind in _IDENT keeps the tails of numbers and durations (1e3, 1w) out.
+    for match in _IDENT.finditer(text):
+        word = match.group(0)
+        rest = text[match.end():].lstrip()
+        if word.lower() in PROMQL_KEYWORDS or rest.startswith("("):
+            continue
+        names.add(word)
+    return names
+
+
+def load_csv(path: Path) -> dict[str, dict]:
+    """A metric list file: `metric, type, help` rows; '#' starts a comment line."""
+    rows = {}
+    with open(path, newline="") as fh:
+        for row in csv.reader(line for line in fh if line.strip() and not line.lstrip().startswith("#")):
+            name, kind, help_text = (cell.strip() for cell in (row + ["", ""])[:3])
+            rows[name] = {"type": kind, "help": help_text}
+    return rows
+
+
+def dcgm_metrics() -> dict[str, dict]:
+    return load_csv(METRICS_DIR / "dcgm-exporter.csv")
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every sample name in a Prometheus text exposition (histograms as _bucket/_sum/_count)."""
+    names = set()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            match = _IDENT.match(line)
+            if match:
+                names.add(match.group(0))
+    return names
+
+
+def scrape_names(url: str, timeout: float = 10.0) -> set[str]:
+    resp = requests.get(url, timeout=timeout)
+    resp.raise_for_status()
+    return exposed_names(resp.text)
