@@ -52,17 +52,24 @@ def metric_names(expr: str) -> set[str]:
 
 
 def load_csv(path: Path) -> dict[str, dict]:
-    """A metric list file: `metric, type, help` rows; '#' starts a comment line."""
+    """A metric list file: `metric, type, help[, labels]` rows; '#' starts a comment line.
+
+    Help texts hold no commas; labels are space-separated."""
     rows = {}
     with open(path, newline="") as fh:
         for row in csv.reader(line for line in fh if line.strip() and not line.lstrip().startswith("#")):
-            name, kind, help_text = (cell.strip() for cell in (row + ["", ""])[:3])
-            rows[name] = {"type": kind, "help": help_text}
+            name, kind, help_text, labels = (cell.strip() for cell in (row + ["", "", ""])[:4])
+            rows[name] = {"type": kind, "help": help_text, "labels": labels.split()}
     return rows
 
 
 def dcgm_metrics() -> dict[str, dict]:
     return load_csv(METRICS_DIR / "dcgm-exporter.csv")
+
+
+def exporter_metrics() -> dict[str, dict]:
+    """The contract of `leakwatch exporter` (config/metrics/leakwatch-exporter.csv)."""
+    return load_csv(METRICS_DIR / "leakwatch-exporter.csv")
 
 
 def exposed_names(text: str) -> set[str]:
