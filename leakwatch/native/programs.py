@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import profiles as model_profiles
 from ..errors import LeakwatchError
-from ..paths import RULES_DIR, ALERTMANAGER_DIR
+from ..paths import RULES_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
 
@@ -130,7 +130,3 @@ def stack_programs(
 
 def rules_glob() -> str:
     return str(RULES_DIR / "*.yml")
-
-
-def alertmanager_source() -> Path:
-    return ALERTMANAGER_DIR / "alertmanager.yml"
