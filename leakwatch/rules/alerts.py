@@ -3,9 +3,9 @@ works under vLLM, and serving health.
 
 Leak rules share one shape, because vLLM's memory is flat after warm-up and a one-time step (the
 first long request, a new batch shape) must not page:
-  * growth in BOTH halves of a window (a step lies in only one half), measured with deriv();
+  * the growth rate is a low quantile of deriv() over the window's slices (a step lies in one);
   * normalised per request served in the window, or above the post-warm-up baseline;
-  * windows that contain a vLLM restart are skipped (old and new process are not compared);
+  * windows that reach back to a vLLM (re)start and its warm-up are skipped;
   * a critical twin forecasts exhaustion at the current growth and is labelled for remediation.
 """
 
@@ -59,20 +59,8 @@ def preallocated_share() -> float:
     return max(shares, default=VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
 
 
-def _sustained(ctx: Context, deriv_series: str, half: str, min_rate: float) -> str:
-    """Both halves of the window grew faster than min_rate (per second), and at a similar pace:
-    a one-time step in one half plus a little noise in the other is not a leak."""
-    earlier = f"{deriv_series} offset {half}"
-    k = number(ctx.t.balance)
-    return (
-        f"({deriv_series} > {number(min_rate)})\nand ({earlier} > {number(min_rate)})\n"
-        f"and ({deriv_series} > {k} * {earlier})\nand ({earlier} > {k} * {deriv_series})"
-    )
-
-
-def _growth(deriv_series: str, half_s: float) -> str:
-    """Growth over the whole window from the slopes of its two halves."""
-    return f"({deriv_series} + {deriv_series} offset {format_duration(half_s)}) * {number(half_s)}"
+def _growing(rate_series: str, min_rate: float) -> str:
+    return f"({rate_series} > {number(min_rate)})"
 
 
 CARD = "GPU {{ $labels.gpu }} ({{ $labels.modelName }}) on {{ $labels.Hostname }}"
@@ -98,32 +86,29 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ),
         ))
 
-    fast_half_s = g.seconds("fast_window") / 2
-    fast_half = format_duration(fast_half_s)
+    fast_s = g.seconds("fast_window")
     fast_requests = ctx.requests("gpu", "fast_window")
-    restarted = ctx.restarted_within(g.seconds("fast_window"), "gpu")
-    fast_sustained = _sustained(ctx, ctx.gpu_fast, fast_half, g.bytes_per_second("fast_min_growth_mib_per_hour"))
+    restarted = ctx.restarted_within(fast_s, "gpu")
+    per_request = number(g.num("fast_min_mib_per_request") * MIB)
     alerts.append(Alert(
         "GPUMemoryLeakSuspected", "warning",
-        f"(\n  {_growth(ctx.gpu_fast, fast_half_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n)"
-        f" > {number(g.num('fast_min_mib_per_request') * MIB)}\n"
-        f"and {fast_sustained}\n"
-        f"and {_growth(ctx.gpu_fast, fast_half_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+        f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+        f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+        f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A GPU's memory grows with every request: a leak, not a one-time step.",
         fill(
-            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window>, "
-            "and grew in both halves of that window (a one-time step lies in only one).",
+            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
+            "(growth in most of its slices: a one-time step does not count).",
             window=g.dur("fast_window"),
         ),
     ))
-    avg_rate = f"(({ctx.gpu_fast} + {ctx.gpu_fast} offset {fast_half}) / 2)"
     alerts.append(Alert(
         "GPUMemoryLeakSuspected", "critical",
-        f"{ctx.gpu_free} / {avg_rate} < {number(g.seconds('exhaustion_critical_within'))}\n"
-        f"and {fast_sustained}\n"
+        f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
+        f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A GPU's memory grows with every request: a leak, not a one-time step.",
@@ -132,40 +117,37 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         remediate=True,
     ))
 
-    slow_half_s = g.seconds("slow_window") / 2
+    slow_s = g.seconds("slow_window")
     slow_requests = ctx.requests("gpu", "slow_window")
     alerts.append(Alert(
         "GPUMemoryGrowthPerRequest", "warning",
-        f"(\n  {_growth(ctx.gpu_slow, slow_half_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n)"
-        f" > {number(g.num('slow_min_mib_per_request') * MIB)}\n"
-        f"and {_sustained(ctx, ctx.gpu_slow, format_duration(slow_half_s), g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
-        f"and {_growth(ctx.gpu_slow, slow_half_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
+        f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
+        f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
+        f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
+        f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
-        f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('slow_window'), 'gpu')}",
+        f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
         g.dur("slow_for"),
         "A GPU's memory grows slowly but steadily with the requests served.",
         fill(
-            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window>, "
-            "growing in both halves of it. At 1000 requests a day that is the per-request figure times "
-            "1000 per day.",
+            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
+            "(growth in most of its slices). Times your requests per day, that is the daily growth.",
             window=g.dur("slow_window"),
         ),
     ))
 
-    process_sustained = _sustained(ctx, ctx.gpu_process_fast, fast_half, g.bytes_per_second("fast_min_growth_mib_per_hour"))
     alerts.append(Alert(
         "GPUProcessMemoryLeak", "warning",
-        f"(\n  {_growth(ctx.gpu_process_fast, fast_half_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n)"
-        f" > {number(g.num('fast_min_mib_per_request') * MIB)}\n"
-        f"and {process_sustained}\n"
-        f"and {_growth(ctx.gpu_process_fast, fast_half_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+        f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+        f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+        f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A vLLM process's GPU memory grows with every request.",
         fill(
             f"{ROLE} holds {{{{ $value | humanize1024 }}}}B more GPU memory on GPU {{{{ $labels.gpu }}}} per "
-            "request served over the last <window>, growing in both halves of it.",
+            "request served over the last <window> (growth in most of its slices).",
             window=g.dur("fast_window"),
         ),
     ))
@@ -194,19 +176,18 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
 def host_alerts(ctx: Context) -> list[Alert]:
     h = ctx.t.section("host")
     alerts = []
-    half_s = h.seconds("leak_window") / 2
-    half = format_duration(half_s)
+    window_s = h.seconds("leak_window")
     requests = ctx.requests("host", "leak_window")
-    restarted = ctx.restarted_within(h.seconds("leak_window"), "host")
-    sustained = _sustained(ctx, ctx.process_memory_deriv, half, h.bytes_per_second("leak_min_growth_mib_per_hour"))
+    restarted = ctx.restarted_within(window_s, "host")
+    growing = _growing(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_mib_per_hour"))
     above_baseline = (
         f"on (instance, job, role) "
         f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.num('leak_min_growth_since_baseline_mib') * MIB)})"
     )
     alerts.append(Alert(
         "HostMemoryLeak", "warning",
-        f"(\n  {_growth(ctx.process_memory_deriv, half_s)}\n  / {ctx.on_host()} group_left () {requests}\n) > 0\n"
-        f"and {sustained}\n"
+        f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}\n> 0\n"
+        f"and {growing}\n"
         f"and {above_baseline}\n"
         f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
         f"unless {ctx.on_host()} {restarted}",
@@ -214,16 +195,15 @@ def host_alerts(ctx: Context) -> list[Alert]:
         "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
         fill(
             f"{ROLE} grew {{{{ $value | humanize1024 }}}}B per request served over the last <window> (resident "
-            "plus swapped memory), in both halves of that window, and is above its post-warm-up baseline.",
+            "plus swapped memory, growth in most of its slices) and is above its post-warm-up baseline.",
             window=h.dur("leak_window"),
         ),
     ))
-    avg_rate = f"(({ctx.process_memory_deriv} + {ctx.process_memory_deriv} offset {half}) / 2)"
     alerts.append(Alert(
         "HostMemoryLeak", "critical",
-        f"{ctx.host_available} / {ctx.on_host()} group_right () {avg_rate}\n"
+        f"{ctx.host_available} / {ctx.on_host()} group_right () {ctx.process_memory_deriv}\n"
         f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
-        f"and {sustained}\n"
+        f"and {growing}\n"
         f"and {above_baseline}\n"
         f"unless {ctx.on_host()} {restarted}",
         h.dur("leak_for"),
@@ -234,17 +214,15 @@ def host_alerts(ctx: Context) -> list[Alert]:
         remediate=True,
     ))
 
-    swap_half = h.dur("swap_window", 0.5)
     alerts.append(Alert(
         "HostSwapGrowing", "warning",
         f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_mib_per_hour') * 3600)}\n"
-        f"and {_sustained(ctx, ctx.swap_deriv, swap_half, h.bytes_per_second('swap_min_growth_mib_per_hour'))}\n"
         f"and ({ctx.swap_used} > {number(h.num('swap_min_used_mib') * MIB)})",
         h.dur("swap_for"),
         "The host's swap use keeps growing: leaked memory may be hiding in swap.",
         fill(
-            "Swap in use on {{ $labels.instance }} grows {{ $value | humanize1024 }}B per hour (both halves of "
-            "the last <window>). Resident memory can look flat while leaked pages move to swap.",
+            "Swap in use on {{ $labels.instance }} grows {{ $value | humanize1024 }}B per hour (in most slices "
+            "of the last <window>). Resident memory can look flat while leaked pages move to swap.",
             window=h.dur("swap_window"),
         ),
     ))
@@ -269,18 +247,15 @@ def host_alerts(ctx: Context) -> list[Alert]:
 
 def metrics_alerts(ctx: Context) -> list[Alert]:
     m = ctx.t.section("metrics")
-    half = m.dur("series_window", 0.5)
-    rate = m.per_second("series_min_growth_per_hour")
     return [Alert(
         "VLLMMetricsCardinalityGrowing", "warning",
-        f"{ctx.series_deriv} * 3600 > {number(rate * 3600)}\n"
-        f"and {_sustained(ctx, ctx.series_deriv, half, rate)}\n"
+        f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
         f"unless {ctx.on_host()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
         m.dur("series_for"),
         "vLLM's /metrics keeps gaining series (label cardinality).",
         fill(
-            "vLLM's /metrics on {{ $labels.instance }} gains {{ $value | humanize }} series per hour, in both "
-            "halves of the last <window>. Churning label values (e.g. per-adapter labels) grow the API "
+            "vLLM's /metrics on {{ $labels.instance }} gains {{ $value | humanize }} series per hour (in most "
+            "slices of the last <window>). Churning label values (e.g. per-adapter labels) grow the API "
             "server's memory and Prometheus's.",
             window=m.dur("series_window"),
         ),

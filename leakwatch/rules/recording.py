@@ -44,9 +44,6 @@ class Context:
 
     # -- windows -------------------------------------------------------------------------------
 
-    def half(self, section: str, key: str) -> str:
-        return self.t.section(section).dur(key, 0.5)
-
     def restarted_within(self, window_s: float, warmup: str) -> str:
         """Non-empty while the window (plus the warm-up) reaches back to a vLLM (re)start: the
         process is younger than that, or its start time changed within it."""
@@ -69,35 +66,49 @@ class Context:
     model_latency_mean = "leakwatch:vllm_e2e_request_latency_seconds"
     model_requests = "leakwatch:vllm_model_requests"
 
-    def deriv_name(self, series: str, half: str) -> str:
-        return f"{series}:deriv{half}"
-
     def requests_name(self, window: str) -> str:
         return f"leakwatch:vllm_requests:increase{window}"
 
+    def slice(self, section: str, window_key: str, slices_key: str) -> tuple[str, str]:
+        """(window, slice) durations of a leak detector."""
+        sec = self.t.section(section)
+        return sec.dur(window_key), sec.dur(window_key, 1 / sec.slices(slices_key))
+
+    def slice_rate_name(self, series: str, section: str, window_key: str, slices_key: str) -> str:
+        window, piece = self.slice(section, window_key, slices_key)
+        return f"{series}:deriv{piece}_p{round(100 * self.t.slice_quantile)}_{window}"
+
+    def slice_rate_expr(self, source: str, section: str, window_key: str, slices_key: str) -> str:
+        """A low quantile of deriv() over the window's slices: a growth rate one step cannot fake.
+        Only where the series reaches back over the whole window (with fewer slices, say after
+        Prometheus itself started, one step would be a large share of them)."""
+        window, piece = self.slice(section, window_key, slices_key)
+        q = number(self.t.slice_quantile)
+        return f"quantile_over_time({q}, deriv({source}[{piece}])[{window}:{piece}])\nand {source} offset {window}"
+
     @property
     def gpu_fast(self) -> str:
-        return self.deriv_name(self.gpu_used, self.half("gpu", "fast_window"))
+        return self.slice_rate_name(self.gpu_used, "gpu", "fast_window", "fast_slices")
 
     @property
     def gpu_slow(self) -> str:
-        return self.deriv_name(self.gpu_used, self.half("gpu", "slow_window"))
+        return self.slice_rate_name(self.gpu_used, "gpu", "slow_window", "slow_slices")
 
     @property
     def gpu_process_fast(self) -> str:
-        return self.deriv_name("leakwatch:gpu_process_memory_bytes", self.half("gpu", "fast_window"))
+        return self.slice_rate_name("leakwatch:gpu_process_memory_bytes", "gpu", "fast_window", "fast_slices")
 
     @property
     def process_memory_deriv(self) -> str:
-        return self.deriv_name(self.process_memory, self.half("host", "leak_window"))
+        return self.slice_rate_name(self.process_memory, "host", "leak_window", "leak_slices")
 
     @property
     def series_deriv(self) -> str:
-        return self.deriv_name("leakwatch:vllm_metrics_series", self.half("metrics", "series_window"))
+        return self.slice_rate_name("leakwatch:vllm_metrics_series", "metrics", "series_window", "series_slices")
 
     @property
     def swap_deriv(self) -> str:
-        return self.deriv_name(self.swap_used, self.half("host", "swap_window"))
+        return self.slice_rate_name(self.swap_used, "host", "swap_window", "swap_slices")
 
     def requests(self, section: str, key: str) -> str:
         return self.requests_name(self.t.section(section).dur(key))
@@ -132,14 +143,12 @@ def recording_rules(ctx: Context) -> list[dict]:
         f"    - on (instance, job) sum by (instance, job) ({ctx.exporter('leakwatch_process_proportional_memory_bytes')}))\n"
         f")",
     )
-    record(
-        ctx.gpu_process_fast,
-        f"deriv({ctx.exporter('leakwatch_gpu_process_memory_bytes')}[{ctx.half('gpu', 'fast_window')}])",
-    )
-    record(
-        ctx.series_deriv,
-        f"deriv({ctx.exporter('leakwatch_vllm_metrics_series')}[{ctx.half('metrics', 'series_window')}])",
-    )
+    # Level 1 growth rates: a low quantile of the slopes of a window's slices (deriv(), never rate(): these
+    # are gauges, and rate() reads every drop as a counter reset).
+    record(ctx.gpu_process_fast,
+           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"))
+    record(ctx.series_deriv,
+           ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"))
     # Requests finished (any reason) per leak window, for per-request normalisation.
     windows = {gpu.dur("fast_window"), gpu.dur("slow_window"), host.dur("leak_window")}
     for window in sorted(windows, key=parse_duration):
@@ -162,13 +171,11 @@ def recording_rules(ctx: Context) -> list[dict]:
 
     # Level 2: built on level 1 (the backtester backfills them in that order).
     record(ctx.gpu_total, f"{ctx.gpu_used} + {ctx.gpu_free}")
-    # deriv() (least squares), never rate(): these are gauges, and rate() reads every drop as a
-    # counter reset.
-    for name, series, half in (
-        (ctx.gpu_fast, ctx.gpu_used, ctx.half("gpu", "fast_window")),
-        (ctx.gpu_slow, ctx.gpu_used, ctx.half("gpu", "slow_window")),
-        (ctx.process_memory_deriv, ctx.process_memory, ctx.half("host", "leak_window")),
-        (ctx.swap_deriv, ctx.swap_used, ctx.half("host", "swap_window")),
+    for name, series, section, window, slices in (
+        (ctx.gpu_fast, ctx.gpu_used, "gpu", "fast_window", "fast_slices"),
+        (ctx.gpu_slow, ctx.gpu_used, "gpu", "slow_window", "slow_slices"),
+        (ctx.process_memory_deriv, ctx.process_memory, "host", "leak_window", "leak_slices"),
+        (ctx.swap_deriv, ctx.swap_used, "host", "swap_window", "swap_slices"),
     ):
-        record(name, f"deriv({series}[{half}])")
+        record(name, ctx.slice_rate_expr(series, section, window, slices))
     return rules

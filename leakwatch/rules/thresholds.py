@@ -79,6 +79,12 @@ class Section:
         """A duration as PromQL text, scaled (and multiplied by factor, e.g. 0.5 for a half)."""
         return format_duration(self.seconds(key) * factor)
 
+    def slices(self, key: str) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise LeakwatchError(f"{ALERTS_FILE.name}: {self.name}.{key} must be a whole number of at least 2")
+        return value
+
     def bytes_per_second(self, key: str) -> float:
         """A `*_mib_per_hour` threshold as bytes per second, scaled (a faster clock, a faster rate)."""
         return self.num(key) * MIB / 3600 / self.time_scale
@@ -111,10 +117,10 @@ class Thresholds:
         return str(self.raw["runbook_url"])
 
     @property
-    def balance(self) -> float:
-        value = self.raw["balance"]
-        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise LeakwatchError(f"{ALERTS_FILE.name}: balance must be a share between 0 and 1, got {value!r}")
+    def slice_quantile(self) -> float:
+        value = self.raw["slice_quantile"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 0.5:
+            raise LeakwatchError(f"{ALERTS_FILE.name}: slice_quantile must be above 0 and at most 0.5, got {value!r}")
         return float(value)
 
     def warmup_s(self, kind: str) -> float:
@@ -133,7 +139,7 @@ def load(time_scale: float = 1.0, path: Path = ALERTS_FILE) -> Thresholds:
         raise LeakwatchError(f"cannot read {path}: {exc}") from None
     if not isinstance(raw, dict):
         raise LeakwatchError(f"{path}: expected a mapping")
-    for key in ("selectors", "host_labels", "runbook_url", "warmup", "balance"):
+    for key in ("selectors", "host_labels", "runbook_url", "warmup", "slice_quantile"):
         if key not in raw:
             raise LeakwatchError(f"{path}: {key!r} is missing")
     return Thresholds(raw, float(time_scale))
