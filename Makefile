@@ -47,6 +47,8 @@ generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.ym
 lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@$(LEAKWATCH) generate --check
 	@promtool check config prometheus/prometheus.yml
+	@promtool check rules prometheus/rules/*.yml prometheus/reference/*.yml
+	@promtool test rules prometheus/tests/*.test.yml
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
@@ -55,3 +57,8 @@ BENCHES :=
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
+
+BENCHES += bench-detection
+.PHONY: bench-detection
+bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
+	@$(PY) -m leakwatch.backtest.bench

@@ -12,7 +12,7 @@ import yaml
 from leakwatch import cli
 from leakwatch.backtest import sources
 from leakwatch.backtest.engine import (
-    MAX_POINTS, AlertRule, Backtest, RecordingRule, apply_for, chunks, load_rules, recording_levels,
+    MAX_POINTS, Backtest, RecordingRule, apply_for, chunks, load_rules, recording_levels,
 )
 from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
 from leakwatch.errors import LeakwatchError

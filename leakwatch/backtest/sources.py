@@ -13,7 +13,7 @@ from ..promapi import Prometheus
 from ..scenarios.model import Scenario
 from ..scenarios.simulate import SimulationResult, simulate
 from .engine import load_rules
-from .openmetrics import BlockFiles, split_file
+from .openmetrics import BlockFiles, format_series, split_file
 
 # How far one instant query reaches back when pulling raw samples from a Prometheus.
 EXPORT_CHUNK_S = 7200
@@ -93,8 +93,7 @@ def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], 
             until = min(end, t + EXPORT_CHUNK_S)
             span_ms = int(round((until - t) * 1000)) + 1      # (t - 1 ms, until]: includes t
             for item in api.query(f'{{__name__="{name}"{extra}}}[{span_ms}ms]', at=until):
-                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(item["metric"].items()) if k != "__name__")
-                text = f"{name}{{{labels}}}" if labels else name
+                text = format_series(name, {k: v for k, v in item["metric"].items() if k != "__name__"})
                 for ts, value in item.get("values", []):
                     # Chunks meet at `until`: each sample belongs to exactly one of them.
                     if float(ts) > t or (t == start and float(ts) == t):
@@ -104,7 +103,3 @@ def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], 
     if not sink.samples:
         raise LeakwatchError(f"{url} returned no samples of the rules' metrics between the given times")
     return History(f"Prometheus {url}", files, start, end, sink.interval_s, sink.samples)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

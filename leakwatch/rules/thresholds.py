@@ -76,7 +76,7 @@ class Section:
         return parse_duration(self._get(key)) * self.time_scale
 
     def dur(self, key: str, factor: float = 1.0) -> str:
-        """A duration as PromQL text, scaled (and multiplied by factor, e.g. 0.5 for a half)."""
+        """A duration as PromQL text, scaled (and multiplied by factor, e.g. 1/3 for one of three slices)."""
         return format_duration(self.seconds(key) * factor)
 
     def slices(self, key: str) -> int:

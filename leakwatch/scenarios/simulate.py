@@ -264,65 +264,21 @@ class Simulator:
             running = base_running + (tr.burst_concurrency if in_burst else 0)
             waiting = max(0.0, running - sc.max_num_seqs)
             running = min(running, sc.max_num_seqs)
-        leak_started = False
-
         samples: list[tuple[str, float]] = []
         add = samples.append
-
-        # GPU memory per card (MiB).
-        gpu_used = []
+        leak_started = False
+        gpu_used: list[float] = []
         if sc.gpu:
-            g = sc.gpu
-            noise = sc.noise
-            if ready and n > 0 and not self.gpu_warm:
-                self.gpu_warm = True
-            for step_mib, threshold in zip(noise.gpu_plateau_mib, RECORD_LONG_REQUESTS):
-                if self.long_seen < threshold <= self.long_seen + long:
-                    self.gpu_steps_done += 1
-                    self.result.events.append((t, f"record-long request: allocator step of {step_mib:.0f} MiB"))
-            for i in range(len(self.ranks)):
-                if ready and (n > 0 or running > 0) and rng.random() < noise.gpu_events_per_hour * dt / 3600:
-                    size = rng.uniform(*noise.gpu_event_mib)
-                    up = rng.random() < 0.5 * (1 - self.gpu_offset[i] / noise.gpu_event_cap_mib)
-                    self.gpu_offset[i] = max(-noise.gpu_event_cap_mib, min(noise.gpu_event_cap_mib, self.gpu_offset[i] + (size if up else -size)))
-                for leak in sc.leaks:
-                    if leak.target == "gpu" and t - self.start >= leak.start_s and n:
-                        self.gpu_leaked[i] += n * leak.bytes_per_request / MIB
-                        leak_started = True
-                ready_used = g.ready_used_mib()
-                if ready:
-                    used = (ready_used + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
-                            + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + self.gpu_leaked[i])
-                else:
-                    used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
-                gpu_used.append(min(float(g.total_mib), math.floor(used)))
-            if ready and any(u >= g.total_mib for u in gpu_used):
+            gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
+            leak_started |= leaked
+            if ready and any(u >= sc.gpu.total_mib for u in gpu_used):
                 self.result.events.append((t, "GPU out of memory: vLLM crashes and is restarted"))
                 self._start_process(t, "vLLM restarts after the crash")
                 return self.step(t)
-
-        # Host memory per process.
+        if ready:
+            leak_started |= self._host_step(t, n, long)
+        self.long_seen += long
         noise = sc.noise
-        for p in self.procs:
-            if not ready:
-                continue
-            if rng.random() < noise.host_events_per_hour * dt / 3600:
-                size = rng.uniform(*noise.host_event_mib) * MIB
-                cap = noise.host_event_cap_mib * MIB
-                up = rng.random() < 0.5 * (1 - p.offset / cap)
-                p.offset = max(-cap, min(cap, p.offset + (size if up else -size)))
-            if self.long_seen < 1 <= self.long_seen + long and p.role in noise.host_plateau_mib:
-                p.plateau = noise.host_plateau_mib[p.role] * MIB
-            for leak in sc.leaks:
-                if leak.target == p.role and t - self.start >= leak.start_s and n:
-                    p.leak_hot += n * leak.bytes_per_request
-                    leak_started = True
-            if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
-                moved = p.leak_hot * min(1.0, dt / 600)     # cold pages are swapped out within minutes
-                p.leak_hot -= moved
-                p.swap += moved
-        if long:
-            self.long_seen += long
 
         def rss(p: _Process) -> float:
             if not ready:
@@ -395,6 +351,58 @@ class Simulator:
         self._exporter(t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
         self.result.requests += n
         return samples
+
+    def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
+        """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
+        sc, rng, g, noise = self.sc, self.rng, self.sc.gpu, self.sc.noise
+        leaked = False
+        if ready and n > 0:
+            self.gpu_warm = True
+        for step_mib, threshold in zip(noise.gpu_plateau_mib, RECORD_LONG_REQUESTS):
+            if self.long_seen < threshold <= self.long_seen + long:
+                self.gpu_steps_done += 1
+                self.result.events.append((t, f"record-long request: allocator step of {step_mib:.0f} MiB"))
+        used_now = []
+        for i in range(len(self.ranks)):
+            if ready and (n > 0 or running > 0) and rng.random() < noise.gpu_events_per_hour * self.dt / 3600:
+                size = rng.uniform(*noise.gpu_event_mib)
+                cap = noise.gpu_event_cap_mib
+                up = rng.random() < 0.5 * (1 - self.gpu_offset[i] / cap)
+                self.gpu_offset[i] = max(-cap, min(cap, self.gpu_offset[i] + (size if up else -size)))
+            for leak in sc.leaks:
+                if leak.target == "gpu" and t - self.start >= leak.start_s and n:
+                    self.gpu_leaked[i] += n * leak.bytes_per_request / MIB
+                    leaked = True
+            ready_used = g.ready_used_mib()
+            if ready:
+                used = (ready_used + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
+                        + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + self.gpu_leaked[i])
+            else:
+                used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
+            used_now.append(min(float(g.total_mib), math.floor(used)))
+        return used_now, leaked
+
+    def _host_step(self, t: float, n: int, long: int) -> bool:
+        """Heap noise, one-time steps and leaks of each process; True when a leak retained some."""
+        sc, rng, noise = self.sc, self.rng, self.sc.noise
+        leaked = False
+        for p in self.procs:
+            if rng.random() < noise.host_events_per_hour * self.dt / 3600:
+                size = rng.uniform(*noise.host_event_mib) * MIB
+                cap = noise.host_event_cap_mib * MIB
+                up = rng.random() < 0.5 * (1 - p.offset / cap)
+                p.offset = max(-cap, min(cap, p.offset + (size if up else -size)))
+            if self.long_seen < 1 <= self.long_seen + long and p.role in noise.host_plateau_mib:
+                p.plateau = noise.host_plateau_mib[p.role] * MIB
+            for leak in sc.leaks:
+                if leak.target == p.role and t - self.start >= leak.start_s and n:
+                    p.leak_hot += n * leak.bytes_per_request
+                    leaked = True
+            if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
+                moved = p.leak_hot * min(1.0, self.dt / 600)     # cold pages are swapped out within minutes
+                p.leak_hot -= moved
+                p.swap += moved
+        return leaked
 
     def _serve(self, t: float, n: int, running: float, waiting: float, in_burst: bool) -> None:
         """Counters and histograms for the n requests that finished during this tick."""
