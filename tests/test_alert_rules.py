@@ -207,3 +207,22 @@ def test_a_drill_gets_the_same_rules_with_durations_scaled():
 def test_a_time_scale_that_leaves_windows_too_short_is_refused():
     with pytest.raises(LeakwatchError, match="shorter than"):
         render_rules(time_scale=0.001)
+
+
+@pytest.mark.parametrize("time_scale, host_labels", [(0.05, []), (1.0, ["cluster", "node"])])
+def test_drill_and_multi_host_renderings_pass_promtool(tmp_path, time_scale, host_labels):
+    from leakwatch.rules.thresholds import ALERTS_FILE
+
+    raw = yaml.safe_load(ALERTS_FILE.read_text())
+    raw["host_labels"] = host_labels
+    config = tmp_path / "alerts.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    docs = render_rules(time_scale=time_scale, min_window_s=1, config=config)
+    paths = []
+    for name, doc in docs.items():
+        paths.append(tmp_path / name)
+        paths[-1].write_text(yaml.safe_dump(doc))
+    result = run("promtool", "check", "rules", *map(str, paths))
+    assert result.returncode == 0, result.stdout + result.stderr
+    if host_labels:
+        assert "on (cluster, node) group_left ()" in paths[1].read_text()

@@ -152,22 +152,19 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         ),
     ))
 
-    growth = ctx.exporter("leakwatch_gpu_memory_growth_bytes")
-    hour = format_duration(3600 * ctx.t.time_scale)
-    two_hours = format_duration(7200 * ctx.t.time_scale)
-    min_hourly = number(g.num("retention_min_growth_mib_per_hour") * MIB)
     alerts.append(Alert(
         "VRAMRetentionHigh", "warning",
         f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
-        f"and ({growth} - {growth} offset {hour} > {min_hourly})\n"
-        f"and ({growth} offset {hour} - {growth} offset {two_hours} > {min_hourly})",
+        f"and on (instance, job, gpu) "
+        f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}",
         g.dur("retention_for"),
         "GPU memory taken during requests is not given back, and it accumulates.",
         fill(
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} still holds {{ $value | humanizePercentage }} of "
             "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
-            "above the post-warm-up baseline grew by more than <mib> MiB in each of the last two hours.",
-            mib=number(g.num("retention_min_growth_mib_per_hour")),
+            "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
+            "last <window>.",
+            mib=number(g.num("retention_min_growth_mib_per_hour")), window=g.dur("retention_window"),
         ),
     ))
     return alerts

@@ -99,6 +99,10 @@ class Context:
         return self.slice_rate_name("leakwatch:gpu_process_memory_bytes", "gpu", "fast_window", "fast_slices")
 
     @property
+    def gpu_retained(self) -> str:
+        return self.slice_rate_name("leakwatch:gpu_memory_growth_bytes", "gpu", "retention_window", "retention_slices")
+
+    @property
     def process_memory_deriv(self) -> str:
         return self.slice_rate_name(self.process_memory, "host", "leak_window", "leak_slices")
 
@@ -147,6 +151,8 @@ def recording_rules(ctx: Context) -> list[dict]:
     # are gauges, and rate() reads every drop as a counter reset).
     record(ctx.gpu_process_fast,
            ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"))
+    record(ctx.gpu_retained,
+           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"))
     record(ctx.series_deriv,
            ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"))
     # Requests finished (any reason) per leak window, for per-request normalisation.

@@ -3,6 +3,8 @@ time-compression factor, a drill's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..generate import yamlfmt
 from ..settings import load as load_settings
 from .alerts import GROUPS
@@ -19,14 +21,14 @@ docs/runbook.md says what to check and do for every alert.
 """
 
 
-def render_rules(time_scale: float = 1.0, min_window_s: float | None = None) -> dict[str, dict]:
+def render_rules(time_scale: float = 1.0, min_window_s: float | None = None, config: Path | None = None) -> dict[str, dict]:
     """File name -> rule file document. time_scale < 1 compresses every duration (a drill).
 
     min_window_s: the shortest range a rule may use (default: four scrape intervals, so that deriv()
     sees enough samples); a time scale that would go below it is refused rather than silently
-    producing rules that cannot work.
+    producing rules that cannot work. config: another thresholds file than config/alerts.yaml.
     """
-    thresholds = load_thresholds(time_scale)
+    thresholds = load_thresholds(time_scale) if config is None else load_thresholds(time_scale, config)
     ctx = Context(thresholds)
     docs = {
         RECORDING_FILE: {"groups": [{"name": "leakwatch.recording", "rules": recording_rules(ctx)}]},
