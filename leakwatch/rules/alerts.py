@@ -156,7 +156,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         "VRAMRetentionHigh", "warning",
         f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
         f"and on (instance, job, gpu) "
-        f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}",
+        f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+        f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
         g.dur("retention_for"),
         "GPU memory taken during requests is not given back, and it accumulates.",
         fill(

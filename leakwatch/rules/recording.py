@@ -80,11 +80,13 @@ class Context:
 
     def slice_rate_expr(self, source: str, section: str, window_key: str, slices_key: str) -> str:
         """A low quantile of deriv() over the window's slices: a growth rate one step cannot fake.
-        Only where the series reaches back over the whole window (with fewer slices, say after
-        Prometheus itself started, one step would be a large share of them)."""
+        Only where every slice has a slope (with fewer, say after a gap or right after Prometheus
+        started, one step would be a large share of them)."""
         window, piece = self.slice(section, window_key, slices_key)
+        slopes = f"deriv({source}[{piece}])[{window}:{piece}]"
         q = number(self.t.slice_quantile)
-        return f"quantile_over_time({q}, deriv({source}[{piece}])[{window}:{piece}])\nand {source} offset {window}"
+        slices = self.t.section(section).slices(slices_key)
+        return f"quantile_over_time({q}, {slopes})\nand count_over_time({slopes}) >= {slices}"
 
     @property
     def gpu_fast(self) -> str:
