@@ -82,14 +82,6 @@ class BacktestResult:
     alerts: list[AlertResult]
     timings: dict
 
-    def first_firing(self, source: str | None = None, exclude_severities=("none",)) -> tuple[float, AlertResult] | None:
-        found = [
-            (r.first_firing, r) for r in self.alerts
-            if r.first_firing is not None and (source is None or r.rule.source == source)
-            and r.rule.severity not in exclude_severities
-        ]
-        return min(found, key=lambda x: x[0]) if found else None
-
 
 def load_rules(paths: list[Path]) -> tuple[list[RecordingRule], list[AlertRule]]:
     recording, alerting = [], []

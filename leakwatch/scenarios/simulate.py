@@ -48,7 +48,6 @@ class SimulationResult:
     resolution_s: float
     leak_start: float | None = None          # first tick at which a leak retained memory
     events: list[tuple[float, str]] = field(default_factory=list)
-    requests: int = 0
     gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
     gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)   # card 0, each tick
 
@@ -349,7 +348,6 @@ class Simulator:
         add((self.tx("node_memory_SwapFree_bytes", NODE), round(swap_free)))
 
         self._exporter(t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
-        self.result.requests += n
         return samples
 
     def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
