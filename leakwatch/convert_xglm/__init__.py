@@ -73,9 +73,9 @@ def _source_identity(src: str, revision: str | None) -> dict:
 
 def convert(src: str, dst: Path, *, revision: str | None = None, dtype: str = "auto",
             max_shard_bytes: int = parse_size(DEFAULT_SHARD_SIZE), force: bool = False,
-            full_verify: bool = True, out=sys.stdout) -> str:
+            full_verify: bool = True, out=None) -> str:
     """Converts src into dst; returns "converted" or "verified" (dst already held this conversion)."""
-    dst = Path(dst)
+    dst, out = Path(dst), out or sys.stdout
     wanted = _source_identity(src, revision)
     with output.locked(dst):
         output.clear_leftovers(dst)

@@ -109,7 +109,7 @@ class OutTensor:
     name: str
     shape: tuple[int, ...]
     dtype: str                    # torch dtype name of the written tensor
-    produce: Callable[[], object]  # returns the tensor (already in `dtype`)
+    produce: Callable[[], Iterator]  # yields the tensor's row blocks, in order, already in `dtype`
 
     @property
     def nbytes(self) -> int:
@@ -155,15 +155,17 @@ def write_safetensors(path: Path, tensors: list[OutTensor]) -> str:
             f.write(chunk)
             digest.update(chunk)
         for t in tensors:
-            tensor = t.produce()
-            if tuple(tensor.shape) != t.shape or str(tensor.dtype).removeprefix("torch.") != t.dtype:
-                raise LeakwatchError(
-                    f"internal error: {t.name} came out {tuple(tensor.shape)} {tensor.dtype}, planned {t.shape} {t.dtype}"
-                )
-            data = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
-            f.write(data)
-            digest.update(data)
-            del tensor, data
+            written = 0
+            for block in t.produce():
+                if str(block.dtype).removeprefix("torch.") != t.dtype or tuple(block.shape[1:]) != t.shape[1:]:
+                    raise LeakwatchError(f"internal error: {t.name} block is {tuple(block.shape)} {block.dtype}, "
+                                         f"planned {t.shape} {t.dtype}")
+                data = block.contiguous().reshape(-1).view(torch.uint8).numpy()
+                f.write(data)
+                digest.update(data)
+                written += data.nbytes
+            if written != t.nbytes:
+                raise LeakwatchError(f"internal error: {t.name} produced {written} bytes, planned {t.nbytes}")
     return digest.hexdigest()
 
 

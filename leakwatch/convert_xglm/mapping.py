@@ -33,6 +33,9 @@ LAYER_TENSORS = tuple(
 )
 # Buffers some XGLM checkpoints carry; XGLM recomputes them, so they are checked, not copied.
 POSITION_BUFFERS = ("embed_positions.weights", "embed_positions._float_tensor")
+# Rows read, transformed and written per step (Janeway: 4096 x 5120 in fp32 is 80 MB), so memory
+# stays bounded by this block, not by the model or even its largest tensor.
+BLOCK_ROWS = 4096
 SUPPORTED_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
 
@@ -149,6 +152,17 @@ class ShardReader:
             self._open = None
 
 
+def _same(a, b) -> bool:
+    """torch.equal in row blocks (a whole-tensor comparison allocates a vocab x d_model mask)."""
+    import torch
+
+    if a.shape != b.shape:
+        return False
+    if a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
+        return True  # one storage, saved once (how transformers writes tied weights)
+    return all(torch.equal(a[i:i + BLOCK_ROWS], b[i:i + BLOCK_ROWS]) for i in range(0, a.shape[0], BLOCK_ROWS))
+
+
 @dataclass
 class Conversion:
     config: dict
@@ -179,35 +193,37 @@ def plan_conversion(xglm: dict, index: SourceIndex, reader: ShardReader, dtype: 
     out = getattr(torch, out_dtype)
     scale = math.sqrt(d) if xglm.get("scale_embedding", True) else 1.0
     table = sinusoidal_table(xglm["max_position_embeddings"], d, xglm.get("pad_token_id"))
-    for buffer in POSITION_BUFFERS[:1]:
-        key = f"{p}{buffer}"
-        if key in present:  # a stored table must be the one XGLM would compute
-            stored = reader.get(key).float()
-            rows = min(stored.shape[0], table.shape[0])
-            if stored.shape[1] != d or not torch.allclose(stored[:rows], table[:rows], atol=2e-3):
-                raise LeakwatchError(f"{where}: {key} is not XGLM's sinusoidal table; refusing to guess")
+    stored_key = f"{p}{POSITION_BUFFERS[0]}"
+    if stored_key in present:  # a stored table must be the one XGLM would compute
+        stored = reader.get(stored_key).float()
+        rows = min(stored.shape[0], table.shape[0])
+        if stored.shape[1] != d or not torch.allclose(stored[:rows], table[:rows], atol=2e-3):
+            raise LeakwatchError(f"{where}: {stored_key} is not XGLM's sinusoidal table; refusing to guess")
 
     tied = True
     if "lm_head.weight" in present:
-        tied = torch.equal(reader.get("lm_head.weight"), reader.get(embed_key))
+        tied = _same(reader.get("lm_head.weight"), reader.get(embed_key))
 
-    def copy(key: str):
-        return lambda: reader.get(key).to(out)
+    def blocks(key: str, factor: float | None = None):
+        """Row blocks of the output tensor: nothing model-sized is ever allocated."""
+        def produce():
+            source = reader.get(key)
+            for start in range(0, source.shape[0], BLOCK_ROWS):
+                block = source[start:start + BLOCK_ROWS]
+                yield (block.float() * factor).to(out) if factor is not None else block.to(out)
+        return produce
 
-    def scaled(key: str, factor: float):
-        return lambda: (reader.get(key).float() * factor).to(out)
-
-    renamed = {embed_key: ("model.decoder.embed_tokens.weight", scaled(embed_key, scale))}
+    renamed = {embed_key: ("model.decoder.embed_tokens.weight", blocks(embed_key, scale))}
     ln_factor = 1.0 / scale if tied else 1.0
     for param in ("weight", "bias"):
         key = f"{p}layer_norm.{param}"
-        renamed[key] = (f"model.decoder.final_layer_norm.{param}", scaled(key, ln_factor))
+        renamed[key] = (f"model.decoder.final_layer_norm.{param}", blocks(key, ln_factor))
     for i in range(layers):
         for t in LAYER_TENSORS:
             key = f"{p}layers.{i}.{t}"
-            renamed[key] = (f"model.decoder.layers.{i}.{t}", copy(key))
+            renamed[key] = (f"model.decoder.layers.{i}.{t}", blocks(key))
     if not tied:
-        renamed["lm_head.weight"] = ("lm_head.weight", copy("lm_head.weight"))
+        renamed["lm_head.weight"] = ("lm_head.weight", blocks("lm_head.weight"))
 
     tensors = [
         OutTensor(name, index.shapes[key], out_dtype, produce)
@@ -215,5 +231,5 @@ def plan_conversion(xglm: dict, index: SourceIndex, reader: ShardReader, dtype: 
         for name, produce in [renamed[key]]
     ]
     tensors.append(OutTensor("model.decoder.embed_positions.weight", tuple(table.shape), out_dtype,
-                             lambda: table.to(out)))
+                             lambda: iter([table.to(out)])))
     return Conversion(opt_config(xglm, tied, out_dtype), tensors, tied, scale)
