@@ -50,7 +50,8 @@ def render(plan: capacity.Plan) -> str:
         f"  CUDA graphs            {gib(p.cuda_graph_bytes_per_gpu)}",
         f"  non-torch memory       {gib(p.non_torch_bytes_per_gpu)}",
         f"  KV cache per device    {gib(p.kv_cache_bytes_per_gpu)}",
-        f"  KV per token           {size(p.kv_bytes_per_token)}   ({size(p.kv_bytes_per_token_per_gpu).strip()} per device)",
+        f"  KV per token           {p.kv_bytes_per_token / 1024:8.4g} KiB   "
+        f"({p.kv_bytes_per_token_per_gpu / 1024:.4g} KiB per device)",
         f"  KV tokens              {p.kv_tokens:8d}       {p.kv_blocks} blocks of {p.block_size}",
         f"  full-length sequences  {p.max_full_length_sequences:8.2f}       of {p.max_model_len} tokens",
     ]
