@@ -12,8 +12,8 @@ import torch
 from leakwatch import model_text, profiles
 from leakwatch.convert_xglm import convert
 from leakwatch.demo_model import build_tokenizer
+from leakwatch.vllm_server import running
 
-from .vllm_server import vllm_server
 from .xglm_models import MAX_POSITIONS, VOCAB, random_xglm, save
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -28,8 +28,10 @@ def served(tmp_path_factory):
     xglm = random_xglm(tied=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     save(xglm, root / "src")
     convert(str(root / "src"), root / "opt", out=open(os.devnull, "w"))
-    with vllm_server(root / "opt", "--dtype", "float32", "--max-model-len", str(MAX_POSITIONS),
-                     "--served-model-name", "tiny-opt", log=root / "vllm.log") as url:
+    args = ["--model", str(root / "opt"), "--dtype", "float32", "--max-model-len", str(MAX_POSITIONS),
+            "--served-model-name", "tiny-opt"]
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with running(args, root / "vllm.log", env) as url:
         yield url, root, tokenizer
 
 

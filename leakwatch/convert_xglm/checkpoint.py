@@ -176,11 +176,3 @@ def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
             digest.update(block)
     return digest.hexdigest()
 
-
-def iter_shards(files: list[Path]) -> Iterator[Shard]:
-    for path in files:
-        shard = Shard(path)
-        try:
-            yield shard
-        finally:
-            shard.close()

@@ -23,21 +23,15 @@ capacity.non_torch_gib to what vLLM logged. Not run in CI (no GPU there); see do
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch import capacity, profiles  # noqa: E402
+from leakwatch import capacity, profiles, vllm_server  # noqa: E402
 from leakwatch.errors import LeakwatchError  # noqa: E402
 
 GIB = 1024**3
@@ -87,41 +81,6 @@ def model_path(profile: profiles.Profile, models_dir: Path) -> str:
     return path
 
 
-@contextlib.contextmanager
-def started_server(profile: profiles.Profile, models_dir: Path, timeout_s: float, log: Path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               *profiles.vllm_engine_args(profile, model_path(profile, models_dir)),
-               "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, **profiles.vllm_environment(profile)}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise LeakwatchError(f"vLLM exited with {proc.returncode}; last lines of {log}:\n"
-                                     + "\n".join(log.read_text().splitlines()[-25:]))
-            with contextlib.suppress(OSError):
-                fetch(f"{url}/health", timeout=2)
-                break
-            if time.monotonic() > deadline:
-                raise LeakwatchError(f"vLLM not healthy after {timeout_s:.0f} s; see {log}")
-            time.sleep(2)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-
 def compare(profile: profiles.Profile, plan: capacity.Plan, url: str, log: Path | None, card_gib: float | None) -> tuple[str, float]:
     tokens = kv_tokens_from_metrics(fetch(f"{url}/metrics"))
     ratio = tokens / plan.kv_tokens
@@ -156,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 line, ratio = compare(profile, plan, args.url.rstrip("/"), None, card)
             else:
                 log = Path(tempfile.mkdtemp(prefix="kvcheck-")) / f"{name}.log"
-                with started_server(profile, args.models_dir, args.timeout, log) as url:
+                engine_args = profiles.vllm_engine_args(profile, model_path(profile, args.models_dir))
+                with vllm_server.running(engine_args, log, profiles.vllm_environment(profile), args.timeout) as url:
                     line, ratio = compare(profile, plan, url, log, card)
             ok = abs(ratio - 1) <= args.tolerance
             failed += not ok
