@@ -7,9 +7,11 @@ and the other services reach whichever model is selected by one name.
 
 from __future__ import annotations
 
+from .. import __version__
 from .. import profiles as model_profiles
 from ..settings import StackSettings, load as load_settings
-from ..topology import compose_jobs
+from ..exporter.server import HEALTH_PATH
+from ..topology import COMPOSE_HOSTS, compose_jobs
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -89,6 +91,46 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
     return service, prep
 
 
+def leakwatch_image(settings: StackSettings) -> dict:
+    """The project's own image, built from this checkout (one build for every service using it)."""
+    return {
+        "image": f"leakwatch:{__version__}",
+        "build": {
+            "context": ".",
+            "dockerfile": "docker/leakwatch.Dockerfile",
+            "args": {"BASE_IMAGE": settings.service("leakwatch_exporter").extra["base_image"]},
+        },
+    }
+
+
+def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) -> dict:
+    """`leakwatch exporter` inside the profile's vLLM PID namespace: it sees vLLM's processes (and
+    only those), reads their /proc read-only and finds the API server by its listening port."""
+    port = settings.service("leakwatch_exporter").default_port
+    service = {
+        **leakwatch_image(settings),
+        "profiles": [profile.name],
+        "command": [
+            "--vllm-url", f"http://vllm:{settings.service('vllm').default_port}",
+            "--listen-address", "0.0.0.0",
+            "--port", str(port),
+        ],
+        "pid": f"service:vllm-{profile.name}",
+        # The host's cgroup namespace, so the path in /proc/<vllm pid>/cgroup resolves under
+        # /sys/fs/cgroup (the container's limit and usage).
+        "cgroup": "host",
+        "read_only": True,
+        "security_opt": ["no-new-privileges:true"],
+        "networks": {"default": {"aliases": [COMPOSE_HOSTS["leakwatch_exporter"]]}},
+        "ports": [_port(settings, "leakwatch_exporter")],
+        "healthcheck": _http_check(f"http://localhost:{port}{HEALTH_PATH}", tool="python"),
+        "restart": "unless-stopped",
+    }
+    if profile.needs_gpu:  # NVML needs the devices; it reads, it does not allocate
+        service["deploy"] = _gpu_reservation("all")
+    return service
+
+
 def compose_document(settings: StackSettings | None = None) -> dict:
     settings = settings or load_settings()
     gpu_profiles = [p.name for p in map(model_profiles.load, model_profiles.available()) if p.needs_gpu]
@@ -165,6 +207,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
         service, prep = _vllm_service(settings, model_profiles.load(name))
         services.update(prep)
         services[f"vllm-{name}"] = service
+        services[f"leakwatch-exporter-{name}"] = _exporter_service(settings, model_profiles.load(name))
 
     return {
         "name": "leakwatch",
