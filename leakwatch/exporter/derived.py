@@ -102,7 +102,7 @@ class Retention:
                 if key not in memory:
                     continue
                 gain = burst.peak[key] - before
-                if gain >= self.min_gain_bytes:
+                if gain > 0 and gain >= self.min_gain_bytes:
                     self.ratios[key] = min(1.0, max(0.0, (memory[key] - before) / gain))
         self._burst = None
         self._idle_memory = memory

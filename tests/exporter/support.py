@@ -46,6 +46,34 @@ def vllm_metrics(served: float, in_flight: float = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+class Scraped:
+    """A parsed exposition: families by name and `value(name, **labels)` like get_sample_value."""
+
+    def __init__(self, text: str):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.text = text
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    @classmethod
+    def get(cls, url: str) -> "Scraped":
+        import requests
+
+        resp = requests.get(url, timeout=30)
+        resp.raise_for_status()
+        return cls(resp.text)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for family in self.families.values():
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return sample.value
+        return None
+
+    def samples(self, name: str) -> list:
+        return [s for f in self.families.values() for s in f.samples if s.name == name]
+
+
 class FakeClock:
     def __init__(self, start: float = 1_700_000_000.0):
         self.now = start
