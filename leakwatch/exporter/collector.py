@@ -7,7 +7,9 @@ leakwatch_collector_errors_total{collector}; vLLM being absent or restarting is 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,6 +76,8 @@ class ExporterConfig:
     retention_min_gain_bytes: int = 8 << 20
     smaps_interval_s: float = 60.0
     vllm_timeout_s: float = 5.0
+    # Keeps the restart count and the baseline across exporter restarts; None: in memory only.
+    state_file: Path | None = None
 
     @property
     def listen_port(self) -> int:
@@ -125,6 +129,36 @@ class VllmMemoryCollector:
         self.errors = {name: 0 for name in COLLECTORS}
         self.last_snapshot_at: float | None = None
         self._lock = threading.Lock()
+        self._saved_state = self._load_state()
+
+    # -- state file ----------------------------------------------------------------------------
+
+    def _load_state(self) -> dict | None:
+        path = self.config.state_file
+        if path is None or not path.exists():
+            return None
+        try:
+            state = json.loads(path.read_text())
+            self.derived.restore(state)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable state file %s (%s); starting afresh", path, exc)
+            return None
+        log.info("restored state from %s: %d restarts, baseline %s", path, self.derived.restarts,
+                 "kept" if self.derived.baseline else "none")
+        return state
+
+    def _save_state(self) -> None:
+        path = self.config.state_file
+        state = self.derived.state()
+        if path is None or state == self._saved_state:
+            return
+        try:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, path)  # atomic: a crash mid-write leaves the previous state
+            self._saved_state = state
+        except OSError as exc:
+            log.warning("cannot write state file %s: %s", path, exc)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -203,6 +237,7 @@ class VllmMemoryCollector:
         )
         if discovered:  # a failed discovery says nothing about restarts or baselines
             self.derived.update(sample)
+            self._save_state()
         self.last_snapshot_at = now
         return Snapshot(sample, discovered, tree, host, cgroup, gpu_available, gpu, durations)
 
@@ -213,7 +248,11 @@ class VllmMemoryCollector:
         return [self.schema.family(name).metric for name in FAMILIES]
 
     def collect(self):
-        snap = self.snapshot()
+        # Built under the lock: the background sampler must not move the derived state mid-scrape.
+        with self._lock:
+            return self._families(self._snapshot())
+
+    def _families(self, snap: Snapshot) -> list:
         families = {name: self.schema.family(name) for name in FAMILIES}
         f = families.__getitem__
 
@@ -253,9 +292,7 @@ class VllmMemoryCollector:
         for name, seconds in snap.durations.items():
             f("leakwatch_collector_duration_seconds").add(seconds, collector=name)
 
-        for family in families.values():
-            if not family.empty:
-                yield family.metric
+        return [family.metric for family in families.values() if not family.empty]
 
     def _add_derived(self, snap: Snapshot, f) -> None:
         derived = self.derived

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--port", type=int, help="port to serve /metrics on (default: LEAKWATCH_EXPORTER_PORT or 9405)")
     where.add_argument("--proc-root", default="/proc", help="procfs to read (default /proc)")
     where.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup filesystem (default /sys/fs/cgroup)")
+    where.add_argument("--state-file", type=Path,
+                       help="keep the restart count and the baseline here across exporter restarts "
+                            "(default: in memory only)")
     where.add_argument("--title-prefix", default=os.environ.get("VLLM_PROCESS_NAME_PREFIX") or DEFAULT_TITLE_PREFIX,
                        help="vLLM's process title prefix (its VLLM_PROCESS_NAME_PREFIX; default VLLM)")
 
@@ -75,6 +79,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     if args.vllm_listen_port is not None:
         _check(1 <= args.vllm_listen_port <= 65535, f"--vllm-listen-port {args.vllm_listen_port} is outside 1-65535")
     _check(os.path.isdir(args.proc_root), f"--proc-root {args.proc_root} is not a directory")
+    if args.state_file is not None:
+        _check(args.state_file.parent.is_dir(), f"--state-file {args.state_file}: {args.state_file.parent} is not a directory")
     config = ExporterConfig(
         vllm_url=vllm_url,
         vllm_listen_port=args.vllm_listen_port,
@@ -85,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         retention_min_gain_bytes=int(args.retention_min_gain * MIB),
         smaps_interval_s=args.smaps_interval,
         vllm_timeout_s=args.vllm_timeout,
+        state_file=args.state_file,
     )
     try:
         config.listen_port

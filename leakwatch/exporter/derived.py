@@ -27,7 +27,7 @@ enough (the exporter samples every few seconds between scrapes) for bursts to be
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .vllm_scrape import VllmStats
 
@@ -157,7 +157,7 @@ class DerivedState:
         self.retention.update(sample.time, busy, sample.vllm.in_flight > 0, sample.memory())
 
     def _maybe_take_baseline(self, sample: Sample, requests: float) -> None:
-        if self.baseline is not None or not sample.healthy or sample.host is None:
+        if self.baseline is not None or not sample.healthy or not sample.host:
             return
         if requests < self.warmup_requests:
             return
@@ -166,6 +166,23 @@ class DerivedState:
         idle = sample.vllm.in_flight == 0
         if idle or sample.time - self._warm_since >= self.baseline_idle_wait_s:
             self.baseline = Baseline(sample.time, requests, dict(sample.host), dict(sample.gpu or {}))
+
+    # -- persistence: the restart count and the baseline outlive an exporter restart ----------------
+    # (In compose the exporter lives in vLLM's PID namespace, so a vLLM container restart restarts the
+    # exporter too; without this it would start from zero and never count that restart.)
+
+    def state(self) -> dict:
+        return {
+            "identity": list(self._identity) if self._identity else None,
+            "restarts": self.restarts,
+            "baseline": asdict(self.baseline) if self.baseline else None,
+        }
+
+    def restore(self, state: dict) -> None:
+        """The next sample decides: the same vLLM keeps its baseline, another one is a restart."""
+        self.restarts = int(state["restarts"])
+        self._identity = tuple(state["identity"]) if state["identity"] else None
+        self.baseline = Baseline(**state["baseline"]) if state["baseline"] and self._identity else None
 
     def requests_since_baseline(self, sample: Sample) -> float | None:
         if self.baseline is None or sample.vllm is None:

@@ -126,11 +126,11 @@ def stack_programs(
             health_path="/metrics",
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
-        exporter_program(settings),
+        exporter_program(settings, layout),
     ]
 
 
-def exporter_program(settings: StackSettings) -> Program:
+def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
     """`leakwatch exporter` watching this stack's vLLM (it is healthy before vLLM is: vLLM's state
     is one of its metrics)."""
     return Program(
@@ -141,6 +141,7 @@ def exporter_program(settings: StackSettings) -> Program:
             "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
             "--listen-address", settings.bind_address,
             "--port", str(settings.service("leakwatch_exporter").port),
+            "--state-file", str(layout.data / "leakwatch-exporter.json"),
         ],
         health_path=HEALTH_PATH,
     )

@@ -230,6 +230,44 @@ def test_nvml_without_devices_is_the_no_gpu_state(make):
     assert Scrape(registry)("leakwatch_gpu_available") == 0
 
 
+def test_state_file_keeps_restarts_and_baseline_across_exporter_restarts(make, vllm, tmp_path):
+    state = tmp_path / "state.json"
+    clock = FakeClock()
+    _, registry = make(clock=clock, warmup_requests=1, state_file=state)
+    vllm.set(served=5)
+    first = Scrape(registry)
+    assert first("leakwatch_baseline_ready") == 1
+
+    # The exporter restarts while the same vLLM runs on: the baseline and the count carry over.
+    clock.advance(60)
+    _, registry = make(clock=clock, warmup_requests=1, state_file=state)
+    again = Scrape(registry)
+    assert again("leakwatch_baseline_timestamp_seconds") == first("leakwatch_baseline_timestamp_seconds")
+    assert again("leakwatch_requests_since_baseline") == 0
+    assert again("leakwatch_vllm_restarts_total") == 0
+
+    # Exporter and vLLM both restarted (compose: one PID namespace): the restart still counts.
+    stat = tmp_path / "proc" / "100" / "stat"
+    fields = stat.read_text().split(" ")
+    fields[21] = "777777"
+    stat.write_text(" ".join(fields))
+    _, registry = make(clock=clock, warmup_requests=1, state_file=state)
+    vllm.set(served=0)
+    after = Scrape(registry)
+    assert after("leakwatch_vllm_restarts_total") == 1 and after("leakwatch_baseline_ready") == 0
+    _, registry = make(clock=clock, warmup_requests=1, state_file=state)
+    assert Scrape(registry)("leakwatch_vllm_restarts_total") == 1
+
+
+def test_an_unreadable_state_file_is_ignored(make, tmp_path, caplog):
+    state = tmp_path / "state.json"
+    state.write_text("{not json")
+    _, registry = make(state_file=state)
+    assert Scrape(registry)("leakwatch_vllm_restarts_total") == 0
+    assert "ignoring unreadable state file" in caplog.text
+    assert '"restarts": 0' in state.read_text()   # rewritten with the current state
+
+
 def test_every_family_is_in_the_csv_contract():
     assert set(FAMILIES) == set(exporter_metrics())
 

@@ -115,3 +115,12 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
         proc.wait(timeout=30)
         vllm.close()
     assert proc.returncode == 0
+
+
+def test_the_gpu_check_script_says_clearly_when_there_is_no_gpu():
+    """scripts/gpu/check_exporter.py runs on GPU hosts only (docs/exporter.md); here it must refuse
+    clearly instead of passing or crashing."""
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gpu" / "check_exporter.py"), "--steps", "1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no CUDA GPU here" in result.stderr or "needs PyTorch with CUDA" in result.stderr

@@ -28,6 +28,7 @@ def test_native_stack_runs_the_exporter_against_its_vllm(tmp_path, monkeypatch):
     assert "-m leakwatch exporter" in command
     assert "--vllm-url http://127.0.0.1:18000" in command and "--port 19405" in command
     assert "--listen-address 127.0.0.1" in command
+    assert f"--state-file {tmp_path / 'data' / 'leakwatch-exporter.json'}" in command
 
 
 def test_both_runners_scrape_the_exporter(monkeypatch):
@@ -53,6 +54,11 @@ def test_compose_exporter_per_profile(profile):
     assert exporter["build"]["args"]["BASE_IMAGE"] == load_settings().service("leakwatch_exporter").extra["base_image"]
     assert "leakwatch-exporter" in exporter["networks"]["default"]["aliases"]
     assert exporter["command"][:2] == ["--vllm-url", "http://vllm:8000"]
+    # The state file outlives the container, which a vLLM restart takes down with its PID namespace.
+    state = exporter["command"][exporter["command"].index("--state-file") + 1]
+    mounts = {v["target"]: v for v in exporter["volumes"]}
+    assert state.startswith("/var/lib/leakwatch/") and mounts["/var/lib/leakwatch"]["source"] == "leakwatch-state"
+    assert not mounts["/var/lib/leakwatch"].get("read_only")
     assert [p["host_ip"] for p in exporter["ports"]] == ["127.0.0.1"]
     assert HEALTH_PATH in " ".join(exporter["healthcheck"]["test"])
     has_gpus = bool(exporter.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices"))

@@ -1,0 +1,126 @@
+"""`make bench-exporter`: what a scrape of `leakwatch exporter` costs, next to node exporter's.
+
+Starts the native stack (a real vLLM CPU process tree, our exporter and node exporter under
+supervisord) on free ports in a private state directory, sends some traffic, then scrapes both
+exporters every 5 s for a minute, plus a run of back-to-back scrapes for the latency distribution.
+
+- scrape_ms: median wall time of one scrape, as the client sees it;
+- cpu_pct: the exporter process's CPU time over the paced minute divided by its wall time: the share
+  of one core at a 5 s scrape interval, background sampling included.
+
+The last line reads `exporter: scrape_ms=X cpu_pct=Y` (targets: < 50 ms, < 1 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from leakwatch.exporter.discovery import Discovery  # noqa: E402
+from leakwatch.exporter.host_memory import HostMemory  # noqa: E402
+from leakwatch.exporter.procfs import ProcFS  # noqa: E402
+from leakwatch.native.ports import free_port  # noqa: E402
+from leakwatch.native.runner import NativeStack  # noqa: E402
+from leakwatch.settings import load as load_settings  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def scrape(session: requests.Session, url: str) -> float:
+    start = time.perf_counter()
+    resp = session.get(url, timeout=30)
+    resp.raise_for_status()
+    return (time.perf_counter() - start) * 1000
+
+
+def smaps_cost(vllm_port: int, rounds: int = 10) -> tuple[float, float]:
+    """(ms per scrape reading smaps_rollup of every vLLM process, ms with the cached values)."""
+    procfs = ProcFS()
+    tree = Discovery(procfs, vllm_port).find()
+    uncached, cached = HostMemory(procfs, smaps_interval_s=0), HostMemory(procfs, smaps_interval_s=3600)
+    cached.read(tree, print)
+    timings = []
+    for memory in (uncached, cached):
+        start = time.process_time()
+        for _ in range(rounds):
+            memory.read(tree, print)
+        timings.append((time.process_time() - start) * 1000 / rounds)
+    return timings[0], timings[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interval", type=float, default=5.0, help="scrape interval of the paced run (s)")
+    parser.add_argument("--paced", type=int, default=12, help="paced scrapes per exporter")
+    parser.add_argument("--burst", type=int, default=50, help="back-to-back scrapes per exporter")
+    args = parser.parse_args()
+
+    state = Path(tempfile.mkdtemp(prefix="lw-bench-", dir="/tmp"))
+    env = {svc.port_env: str(free_port()) for svc in load_settings().services.values()}
+    os.environ.update({**env, "LEAKWATCH_STATE_DIR": str(state)})
+    stack = NativeStack()
+    try:
+        print("starting the native stack (vLLM CPU, exporters) ...", flush=True)
+        stack.up("demo", out=io.StringIO())
+        urls = stack.urls()
+        targets = {"exporter": urls["leakwatch_exporter"], "node": urls["node_exporter"]}
+        pids = {"exporter": stack.rpc().getProcessInfo("leakwatch-exporter")["pid"],
+                "node": stack.rpc().getProcessInfo("node-exporter")["pid"]}
+        for i in range(20):  # populate vLLM's histograms and counters
+            requests.post(f"{urls['vllm']}/v1/completions", timeout=60,
+                          json={"model": "demo", "prompt": f"bench {i}", "max_tokens": 16}).raise_for_status()
+        sessions = {name: requests.Session() for name in targets}
+        for name, url in targets.items():
+            scrape(sessions[name], url)  # first scrape: connection, NVML probe, smaps cache filled
+
+        latencies: dict[str, list[float]] = {name: [] for name in targets}
+        cpu_start = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        wall_start = time.monotonic()
+        for i in range(args.paced):
+            tick = wall_start + i * args.interval
+            time.sleep(max(0.0, tick - time.monotonic()))
+            for name, url in targets.items():
+                latencies[name].append(scrape(sessions[name], url))
+        time.sleep(max(0.0, wall_start + args.paced * args.interval - time.monotonic()))
+        wall = time.monotonic() - wall_start
+        cpu_pct = {name: (cpu_seconds(pid) - cpu_start[name]) / wall * 100 for name, pid in pids.items()}
+        for _ in range(args.burst):
+            for name, url in targets.items():
+                latencies[name].append(scrape(sessions[name], url))
+
+        uncached, cached = smaps_cost(int(env["VLLM_PORT"]))
+        results = {}
+        for name in targets:
+            values = sorted(latencies[name])
+            results[name] = (statistics.median(values), values[int(0.9 * (len(values) - 1))])
+            print(f"{name:<9} scrapes={len(values)} median_ms={results[name][0]:.1f} p90_ms={results[name][1]:.1f} "
+                  f"cpu_pct={cpu_pct[name]:.3f} (paced every {args.interval:g}s for {wall:.0f}s)")
+        print(f"smaps_rollup of vLLM's processes: {uncached:.1f} ms CPU per scrape when read every time, "
+              f"{cached:.2f} ms cached (the exporter re-reads it every 60 s per process)")
+        print(f"exporter: scrape_ms={results['exporter'][0]:.1f} cpu_pct={cpu_pct['exporter']:.2f}")
+        return 0
+    finally:
+        stack.down(out=io.StringIO())
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
