@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -115,7 +116,7 @@ class VllmMemoryCollector:
         self.schema = schema or Schema()
         self.schema.require(FAMILIES)
         procfs = procfs or ProcFS()
-        self.discovery = Discovery(procfs, config.listen_port, config.title_prefix)
+        self.discovery = Discovery(procfs, config.listen_port, config.title_prefix, clock=clock)
         self.host_memory = HostMemory(procfs, config.smaps_interval_s, clock)
         self.cgroup = CgroupReader(procfs, cgroup_root)
         self.gpu = Gpu(nvml_loader, clock)
@@ -129,6 +130,7 @@ class VllmMemoryCollector:
         self.errors = {name: 0 for name in COLLECTORS}
         self.last_snapshot_at: float | None = None
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-scrape")
         self._saved_state = self._load_state()
 
     # -- state file ----------------------------------------------------------------------------
@@ -183,6 +185,8 @@ class VllmMemoryCollector:
         def timed(name: str):
             return _Timer(durations, name)
 
+        # vLLM's /metrics is fetched in parallel with the /proc reads: it waits on vLLM's event loop.
+        vllm_reply = self._pool.submit(self._read_vllm, need_health=self.derived.baseline is None)
         tree, discovered = None, True
         with timed("discovery"):
             try:
@@ -190,17 +194,6 @@ class VllmMemoryCollector:
             except (OSError, ValueError, IndexError) as exc:
                 discovered = False
                 self._error("discovery", exc)
-
-        stats: VllmStats | None = None
-        healthy = False
-        with timed("vllm"):
-            try:
-                stats = self.vllm.metrics()
-            except (requests.RequestException, ValueError) as exc:
-                self._error("vllm", exc)
-            # /health is only needed until the baseline is taken.
-            if stats is not None and self.derived.baseline is None:
-                healthy = self.vllm.healthy()
 
         host = None
         if tree is not None:
@@ -226,6 +219,10 @@ class VllmMemoryCollector:
                 except GpuReadError as exc:
                     self._error("gpu", exc)
 
+        stats, healthy, durations["vllm"], error = vllm_reply.result()
+        if error is not None:
+            self._error("vllm", error)
+
         now = self.clock()
         sample = Sample(
             time=now,
@@ -240,6 +237,16 @@ class VllmMemoryCollector:
             self._save_state()
         self.last_snapshot_at = now
         return Snapshot(sample, discovered, tree, host, cgroup, gpu_available, gpu, durations)
+
+    def _read_vllm(self, need_health: bool) -> tuple[VllmStats | None, bool, float, Exception | None]:
+        """(stats or None, healthy, seconds, error): /health only matters until the baseline is taken."""
+        start = time.perf_counter()
+        try:
+            stats = self.vllm.metrics()
+        except (requests.RequestException, ValueError) as exc:
+            return None, False, time.perf_counter() - start, exc
+        healthy = self.vllm.healthy() if need_health else False
+        return stats, healthy, time.perf_counter() - start, None
 
     # -- exposition ----------------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ vllm/v1/executor/multiproc_executor.py: setup_proc_title_and_log_prefix).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .procfs import ProcessGone, ProcFS
 
@@ -66,54 +68,103 @@ def classify(title: str, prefix: str = DEFAULT_TITLE_PREFIX) -> tuple[str, str]:
 
 
 class Discovery:
-    def __init__(self, procfs: ProcFS, port: int, title_prefix: str = DEFAULT_TITLE_PREFIX):
+    def __init__(
+        self,
+        procfs: ProcFS,
+        port: int,
+        title_prefix: str = DEFAULT_TITLE_PREFIX,
+        retry_s: float = 2.0,
+        rescan_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.procfs = procfs
         self.port = port
         self.title_prefix = title_prefix
-        self._root: tuple[int, int] | None = None
+        self.retry_s = retry_s  # while vLLM is down, look for it at most this often
+        self.rescan_s = rescan_s
+        self.clock = clock
+        self._tree: VllmTree | None = None
+        self._next_search = float("-inf")
+        self._next_rescan = float("-inf")
 
     def _is_candidate(self, pid: int) -> bool:
+        """Could be vLLM's API server: mentions vLLM, but is none of the titled children (EngineCore,
+        workers; with --api-server-count > 1 the untitled launcher above them holds the socket)."""
         title = self.procfs.title(pid)
-        return "vllm" in title.lower() or title.startswith(f"{self.title_prefix}::")
+        return "vllm" in title.lower() and not title.startswith(f"{self.title_prefix}::")
 
     def _find_root(self, stats: dict[int, int]) -> int | None:
         """The process listening on vLLM's port whose parent is not listening on it too."""
         listeners = set()
+        inodes_by_netns: dict[str, set[str]] = {}  # processes in one network namespace share sockets
         for pid in stats:
             try:
-                if not self._is_candidate(pid):
-                    continue
-                inodes = self.procfs.listening_inodes(pid, self.port)
-                if inodes and inodes & self.procfs.socket_inodes(pid):
+                netns = self.procfs.netns(pid)
+                if netns not in inodes_by_netns:
+                    inodes_by_netns[netns] = self.procfs.listening_inodes(pid, self.port)
+                inodes = inodes_by_netns[netns]
+                # Cheapest test first: most processes live where nothing listens on the port.
+                if inodes and self._is_candidate(pid) and inodes & self.procfs.socket_inodes(pid):
                     listeners.add(pid)
             except (ProcessGone, PermissionError):
                 continue  # another user's process or one that just exited: not ours to read
         roots = [pid for pid in listeners if stats[pid] not in listeners]
         return min(roots) if roots else None
 
-    def find(self) -> VllmTree | None:
-        """The current tree, or None when no vLLM API server listens on the port."""
-        stats: dict[int, int] = {}
+    def _alive(self, pid: int, starttime: int) -> bool:
+        try:
+            return self.procfs.stat(pid).starttime == starttime
+        except ProcessGone:
+            return False
+
+    def _scan(self) -> tuple[dict[int, int], dict[int, int]]:
+        """pid -> ppid and pid -> start time for every process: the one full walk of /proc."""
+        parents: dict[int, int] = {}
         starts: dict[int, int] = {}
         for pid in self.procfs.pids():
             try:
                 stat = self.procfs.stat(pid)
             except ProcessGone:
                 continue
-            stats[pid] = stat.ppid
+            parents[pid] = stat.ppid
             starts[pid] = stat.starttime
-        # The listener search reads every candidate's sockets: only when the known root is gone.
-        if self._root is None or starts.get(self._root[0]) != self._root[1]:
-            root = self._find_root(stats)
-            self._root = (root, starts[root]) if root is not None else None
-        if self._root is None:
-            return None
-        root_pid = self._root[0]
+        return parents, starts
+
+    def find(self) -> VllmTree | None:
+        """The current tree, or None when no vLLM API server listens on the port.
+
+        A full walk of /proc costs ~0.1 ms per process on the host, so a known tree is only checked
+        (each member still alive) and walked again every rescan_s to pick up new children; a new API
+        server (restart) is searched for at once."""
+        now = self.clock()
+        tree = self._tree
+        if tree is not None and self._alive(tree.root_pid, tree.root_starttime):
+            if now < self._next_rescan:
+                members = tuple(p for p in tree.processes if self._alive(p.pid, p.starttime))
+                self._tree = VllmTree(tree.root_pid, tree.root_starttime, members)
+                return self._tree
+            parents, starts = self._scan()
+            root = (tree.root_pid, tree.root_starttime)
+        else:
+            if tree is None and now < self._next_search:
+                return None  # vLLM is down: look again after retry_s
+            parents, starts = self._scan()
+            pid = self._find_root(parents)
+            self._next_search = now + self.retry_s
+            if pid is None:
+                self._tree = None
+                return None
+            root = (pid, starts[pid])
+        self._tree = self._walk(root, parents, starts)
+        self._next_rescan = now + self.rescan_s
+        return self._tree
+
+    def _walk(self, root: tuple[int, int], parents: dict[int, int], starts: dict[int, int]) -> VllmTree:
         children: dict[int, list[int]] = {}
-        for pid, ppid in stats.items():
+        for pid, ppid in parents.items():
             children.setdefault(ppid, []).append(pid)
-        processes = [VllmProcess(root_pid, "api_server", "", self._root[1])]
-        pending = list(children.get(root_pid, ()))
+        processes = [VllmProcess(root[0], "api_server", "", root[1])]
+        pending = list(children.get(root[0], ()))
         while pending:
             pid = pending.pop()
             try:
@@ -122,4 +173,4 @@ class Discovery:
                 continue
             processes.append(VllmProcess(pid, role, rank, starts[pid]))
             pending.extend(children.get(pid, ()))
-        return VllmTree(root_pid, self._root[1], tuple(sorted(processes, key=lambda p: p.pid)))
+        return VllmTree(root[0], root[1], tuple(sorted(processes, key=lambda p: p.pid)))

@@ -110,6 +110,15 @@ class ProcFS:
                     inodes.add(fields[9])
         return inodes
 
+    def netns(self, pid: int) -> str:
+        """The network namespace of a process ("net:[4026531840]"), or its pid when unreadable."""
+        try:
+            return os.readlink(self.root / str(pid) / "ns" / "net")
+        except (FileNotFoundError, ProcessLookupError):
+            raise ProcessGone(pid) from None
+        except OSError:
+            return f"pid:{pid}"
+
     def socket_inodes(self, pid: int) -> set[str]:
         """Inodes of the sockets a process holds open (needs the same access as ptrace-read)."""
         fd_dir = self.root / str(pid) / "fd"

@@ -9,7 +9,7 @@ import pytest
 from leakwatch.exporter.discovery import Discovery, classify
 from leakwatch.exporter.procfs import ProcFS
 
-from .support import VLLM_PORT, proc_tree
+from .support import VLLM_PORT, FakeClock, proc_tree
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_a_reused_pid_is_a_new_process(tmp_path):
 def test_a_process_that_exits_mid_scan_is_left_out(tmp_path):
     proc = proc_tree(tmp_path)
     procfs = ProcFS(proc)
-    discovery = Discovery(procfs, VLLM_PORT)
+    discovery = Discovery(procfs, VLLM_PORT, rescan_s=0)  # walk /proc on every call
     discovery.find()
     original = procfs.title
 
@@ -112,8 +112,56 @@ def test_a_process_that_exits_mid_scan_is_left_out(tmp_path):
     assert [p.pid for p in discovery.find().processes] == [100, 101, 102, 103]
 
 
+def test_a_known_tree_is_checked_cheaply_and_walked_again_every_rescan(tmp_path):
+    proc = proc_tree(tmp_path)
+    clock = FakeClock()
+    discovery = Discovery(ProcFS(proc), VLLM_PORT, rescan_s=30, clock=clock)
+    discovery.find()
+    shutil.rmtree(proc / "101")                      # a child exits: gone at once
+    _clone(proc, 103, 105, ppid=102)                 # a new worker appears: seen at the next walk
+    (proc / "105" / "cmdline").write_bytes(b"VLLM::Worker_TP2\0")
+    clock.advance(29)
+    assert [p.pid for p in discovery.find().processes] == [100, 102, 103, 104]
+    clock.advance(1)
+    assert [(p.pid, p.rank) for p in discovery.find().processes][-1] == (105, "2")
+
+
+def test_while_vllm_is_down_it_is_looked_for_every_retry(tmp_path):
+    proc = proc_tree(tmp_path)
+    clock = FakeClock()
+    listener = proc / "100" / "fd" / "3"
+    listener.unlink()
+    (proc / "102" / "fd" / "3").unlink()
+    discovery = Discovery(ProcFS(proc), VLLM_PORT, retry_s=2, clock=clock)
+    assert discovery.find() is None
+    listener.symlink_to("socket:[5001]")             # vLLM is listening now
+    clock.advance(1)
+    assert discovery.find() is None                  # not looked for yet
+    clock.advance(1)
+    assert discovery.find().root_pid == 100
+
+
 def _clone(proc, source: int, pid: int, ppid: int) -> None:
     shutil.copytree(proc / str(source), proc / str(pid), symlinks=True)
     fields = (proc / str(pid) / "stat").read_text().split(" ")
     fields[0], fields[3], fields[21] = str(pid), str(ppid), str(5000 + pid)
     (proc / str(pid) / "stat").write_text(" ".join(fields))
+
+
+def test_the_listener_is_found_in_its_own_network_namespace(tmp_path):
+    """As in compose: vLLM listens inside its container's network namespace, not the exporter's."""
+    proc = proc_tree(tmp_path)
+    for pid in (100, 102):
+        for link in (proc / str(pid) / "fd").iterdir():
+            if link.name != "0":
+                link.unlink()
+    (proc / "200" / "ns" / "net").unlink()
+    (proc / "200" / "ns" / "net").symlink_to("net:[4026532999]")
+    (proc / "200" / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7001 1 0 100 0 0 10 0\n"
+    )
+    (proc / "200" / "fd" / "3").unlink()
+    (proc / "200" / "fd" / "3").symlink_to("socket:[7001]")
+    tree = Discovery(ProcFS(proc), VLLM_PORT).find()
+    assert roles(tree) == [(200, "api_server", ""), (201, "engine_core", "")]
