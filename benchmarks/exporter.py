@@ -44,11 +44,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def scrape(session: requests.Session, url: str) -> float:
+VLLM_WAIT = 'leakwatch_collector_duration_seconds{collector="vllm"} '
+
+
+def scrape(session: requests.Session, url: str, vllm_waits: list[float] | None = None) -> float:
     start = time.perf_counter()
     resp = session.get(url, timeout=30)
     resp.raise_for_status()
-    return (time.perf_counter() - start) * 1000
+    elapsed = (time.perf_counter() - start) * 1000
+    if vllm_waits is not None:  # our exporter: how much of it was waiting for vLLM's /metrics
+        line = next(line for line in resp.text.splitlines() if line.startswith(VLLM_WAIT))
+        vllm_waits.append(float(line.split()[-1]) * 1000)
+    return elapsed
 
 
 def smaps_cost(vllm_port: int, rounds: int = 10) -> tuple[float, float]:
@@ -92,21 +99,24 @@ def main() -> int:
             scrape(sessions[name], url)  # first scrape: connection, NVML probe, smaps cache filled
 
         latencies: dict[str, list[float]] = {name: [] for name in targets}
+        waits = {"exporter": [], "node": None}
         cpu_start = {name: cpu_seconds(pid) for name, pid in pids.items()}
         wall_start = time.monotonic()
         for i in range(args.paced):
             tick = wall_start + i * args.interval
             time.sleep(max(0.0, tick - time.monotonic()))
             for name, url in targets.items():
-                latencies[name].append(scrape(sessions[name], url))
+                latencies[name].append(scrape(sessions[name], url, waits[name]))
         time.sleep(max(0.0, wall_start + args.paced * args.interval - time.monotonic()))
         wall = time.monotonic() - wall_start
         cpu_pct = {name: (cpu_seconds(pid) - cpu_start[name]) / wall * 100 for name, pid in pids.items()}
         for _ in range(args.burst):
             for name, url in targets.items():
-                latencies[name].append(scrape(sessions[name], url))
+                latencies[name].append(scrape(sessions[name], url, waits[name]))
 
         uncached, cached = smaps_cost(int(env["VLLM_PORT"]))
+        print(f"exporter: waiting for vLLM's own /metrics (fetched in parallel with /proc): median "
+              f"{statistics.median(waits['exporter']):.1f} ms per scrape")
         results = {}
         for name in targets:
             values = sorted(latencies[name])

@@ -31,6 +31,7 @@ from .support import VllmEndpoint
         (["--port", "0"], "--port 0 is outside 1-65535"),
         (["--vllm-url", "http://127.0.0.1:notaport"], "--vllm-url 'http://127.0.0.1:notaport'"),
         (["--proc-root", "/nonexistent/proc"], "--proc-root /nonexistent/proc is not a directory"),
+        (["--state-file", "/nonexistent/dir/state.json"], "/nonexistent/dir is not a directory"),
     ],
 )
 def test_bad_arguments_are_clear_errors(argv, message, capsys):
