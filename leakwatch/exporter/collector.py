@@ -229,7 +229,7 @@ class VllmMemoryCollector:
             identity=tree.identity if tree else None,
             vllm=stats,
             healthy=healthy,
-            host=host.resident_plus_swap_by_role() if host and tree else None,
+            host=host.resident_plus_swap_by_role() if host is not None else None,
             gpu=dict(gpu.used) if gpu else None,
         )
         if discovered:  # a failed discovery says nothing about restarts or baselines
