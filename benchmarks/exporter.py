@@ -1,8 +1,9 @@
 """`make bench-exporter`: what a scrape of `leakwatch exporter` costs, next to node exporter's.
 
-Starts the native stack (a real vLLM CPU process tree, our exporter and node exporter under
-supervisord) on free ports in a private state directory, sends some traffic, then scrapes both
-exporters every 5 s for a minute, plus a run of back-to-back scrapes for the latency distribution.
+Needs a real vLLM process tree: `--vllm-url` of a running server, or (default) the native stack
+started on free ports in a private state directory. The bench starts its own `leakwatch exporter`
+and node exporter (Debian's prometheus-node-exporter), sends some traffic, then scrapes both every
+5 s for a minute, plus a run of back-to-back scrapes for the latency distribution.
 
 - scrape_ms: median wall time of one scrape, as the client sees it;
 - cpu_pct: the exporter process's CPU time over the paced minute divided by its wall time: the share
@@ -14,10 +15,12 @@ The last line reads `exporter: scrape_ms=X cpu_pct=Y` (targets: < 50 ms, < 1 %).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +35,7 @@ from leakwatch.exporter.discovery import Discovery  # noqa: E402
 from leakwatch.exporter.host_memory import HostMemory  # noqa: E402
 from leakwatch.exporter.procfs import ProcFS  # noqa: E402
 from leakwatch.native.ports import free_port  # noqa: E402
+from leakwatch.native.programs import binary  # noqa: E402
 from leakwatch.native.runner import NativeStack  # noqa: E402
 from leakwatch.settings import load as load_settings  # noqa: E402
 
@@ -73,27 +77,71 @@ def smaps_cost(vllm_port: int, rounds: int = 10) -> tuple[float, float]:
     return timings[0], timings[1]
 
 
+@contextlib.contextmanager
+def vllm_server(url: str | None):
+    """(vLLM base URL, served model name): the given server, or a native stack started for the run."""
+    if url:
+        yield url.rstrip("/"), requests.get(f"{url.rstrip('/')}/v1/models", timeout=30).json()["data"][0]["id"]
+        return
+    state = Path(tempfile.mkdtemp(prefix="lw-bench-", dir="/tmp"))
+    os.environ.update({svc.port_env: str(free_port()) for svc in load_settings().services.values()})
+    os.environ["LEAKWATCH_STATE_DIR"] = str(state)
+    stack = NativeStack()
+    try:
+        print("starting the native stack for its vLLM CPU server ...", flush=True)
+        stack.up("demo", out=io.StringIO())
+        yield stack.urls()["vllm"], stack.info()["served_model_name"]
+    finally:
+        stack.down(out=io.StringIO())
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exporters(vllm_url: str):
+    """Our exporter (default settings) and node exporter on free ports: name -> (metrics URL, pid)."""
+    ours, node = free_port(), free_port()
+    procs = {
+        "exporter": (subprocess.Popen([sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", vllm_url,
+                                       "--listen-address", "127.0.0.1", "--port", str(ours)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), ours),
+        "node": (subprocess.Popen([binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{node}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), node),
+    }
+    try:
+        targets = {}
+        for name, (proc, port) in procs.items():
+            url = f"http://127.0.0.1:{port}/metrics"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    requests.get(url, timeout=10).raise_for_status()
+                    break
+                except requests.RequestException:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"{name} did not start")
+                    time.sleep(0.2)
+            targets[name] = (url, proc.pid)
+        yield targets
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-url", help="a running vLLM server (default: start the native stack)")
     parser.add_argument("--interval", type=float, default=5.0, help="scrape interval of the paced run (s)")
     parser.add_argument("--paced", type=int, default=12, help="paced scrapes per exporter")
     parser.add_argument("--burst", type=int, default=50, help="back-to-back scrapes per exporter")
     args = parser.parse_args()
 
-    state = Path(tempfile.mkdtemp(prefix="lw-bench-", dir="/tmp"))
-    env = {svc.port_env: str(free_port()) for svc in load_settings().services.values()}
-    os.environ.update({**env, "LEAKWATCH_STATE_DIR": str(state)})
-    stack = NativeStack()
-    try:
-        print("starting the native stack (vLLM CPU, exporters) ...", flush=True)
-        stack.up("demo", out=io.StringIO())
-        urls = stack.urls()
-        targets = {"exporter": urls["leakwatch_exporter"], "node": urls["node_exporter"]}
-        pids = {"exporter": stack.rpc().getProcessInfo("leakwatch-exporter")["pid"],
-                "node": stack.rpc().getProcessInfo("node-exporter")["pid"]}
+    with vllm_server(args.vllm_url) as (vllm_url, model), exporters(vllm_url) as running:
+        targets = {name: url for name, (url, _) in running.items()}
+        pids = {name: pid for name, (_, pid) in running.items()}
         for i in range(20):  # populate vLLM's histograms and counters
-            requests.post(f"{urls['vllm']}/v1/completions", timeout=60,
-                          json={"model": "demo", "prompt": f"bench {i}", "max_tokens": 16}).raise_for_status()
+            requests.post(f"{vllm_url}/v1/completions", timeout=60,
+                          json={"model": model, "prompt": f"bench {i}", "max_tokens": 16}).raise_for_status()
         sessions = {name: requests.Session() for name in targets}
         for name, url in targets.items():
             scrape(sessions[name], url)  # first scrape: connection, NVML probe, smaps cache filled
@@ -114,7 +162,8 @@ def main() -> int:
             for name, url in targets.items():
                 latencies[name].append(scrape(sessions[name], url, waits[name]))
 
-        uncached, cached = smaps_cost(int(env["VLLM_PORT"]))
+        uncached, cached = smaps_cost(int(vllm_url.rsplit(":", 1)[1]))
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs during the run")
         print(f"exporter: waiting for vLLM's own /metrics (fetched in parallel with /proc): median "
               f"{statistics.median(waits['exporter']):.1f} ms per scrape")
         results = {}
@@ -126,10 +175,7 @@ def main() -> int:
         print(f"smaps_rollup of vLLM's processes: {uncached:.1f} ms CPU per scrape when read every time, "
               f"{cached:.2f} ms cached (the exporter re-reads it every 60 s per process)")
         print(f"exporter: scrape_ms={results['exporter'][0]:.1f} cpu_pct={cpu_pct['exporter']:.2f}")
-        return 0
-    finally:
-        stack.down(out=io.StringIO())
-        shutil.rmtree(state, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

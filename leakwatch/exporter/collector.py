@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-import requests
-
 from .cgroup import CgroupMemory, CgroupReader
 from .derived import DerivedState, Sample
 from .discovery import DEFAULT_TITLE_PREFIX, ROLES, Discovery, VllmTree
@@ -27,7 +25,7 @@ from .gpu import Gpu, GpuReadError, GpuReading, import_pynvml
 from .host_memory import HostMemory, HostReading
 from .procfs import ProcessGone, ProcFS
 from .schema import Schema
-from .vllm_scrape import VllmScraper, VllmStats
+from .vllm_scrape import VllmScraper, VllmStats, VllmUnreachable
 
 log = logging.getLogger("leakwatch.exporter")
 
@@ -243,7 +241,7 @@ class VllmMemoryCollector:
         start = time.perf_counter()
         try:
             stats = self.vllm.metrics()
-        except (requests.RequestException, ValueError) as exc:
+        except (VllmUnreachable, ValueError) as exc:
             return None, False, time.perf_counter() - start, exc
         healthy = self.vllm.healthy() if need_health else False
         return stats, healthy, time.perf_counter() - start, None

@@ -19,6 +19,7 @@ from .collector import ExporterConfig, VllmMemoryCollector
 from .discovery import DEFAULT_TITLE_PREFIX
 from .procfs import ProcFS
 from .server import HEALTH_PATH, Sampler, serve
+from .vllm_scrape import VllmScraper
 
 log = logging.getLogger("leakwatch.exporter")
 MIB = 1 << 20
@@ -95,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     )
     try:
         config.listen_port
+        VllmScraper(vllm_url)
     except ValueError as exc:
         raise LeakwatchError(f"--vllm-url {vllm_url!r}: {exc}") from None
     return config

@@ -30,6 +30,7 @@ from .support import VllmEndpoint
         (["--vllm-listen-port", "70000"], "--vllm-listen-port 70000 is outside 1-65535"),
         (["--port", "0"], "--port 0 is outside 1-65535"),
         (["--vllm-url", "http://127.0.0.1:notaport"], "--vllm-url 'http://127.0.0.1:notaport'"),
+        (["--vllm-url", "http://:8000"], "is not an http(s) URL"),
         (["--proc-root", "/nonexistent/proc"], "--proc-root /nonexistent/proc is not a directory"),
         (["--state-file", "/nonexistent/dir/state.json"], "/nonexistent/dir is not a directory"),
     ],
