@@ -93,11 +93,11 @@ class Discovery:
         title = self.procfs.title(pid)
         return "vllm" in title.lower() and not title.startswith(f"{self.title_prefix}::")
 
-    def _find_root(self, stats: dict[int, int]) -> int | None:
+    def _find_root(self, parents: dict[int, int]) -> int | None:
         """The process listening on vLLM's port whose parent is not listening on it too."""
         listeners = set()
         inodes_by_netns: dict[str, set[str]] = {}  # processes in one network namespace share sockets
-        for pid in stats:
+        for pid in parents:
             try:
                 netns = self.procfs.netns(pid)
                 if netns not in inodes_by_netns:
@@ -108,7 +108,7 @@ class Discovery:
                     listeners.add(pid)
             except (ProcessGone, PermissionError):
                 continue  # another user's process or one that just exited: not ours to read
-        roots = [pid for pid in listeners if stats[pid] not in listeners]
+        roots = [pid for pid in listeners if parents[pid] not in listeners]
         return min(roots) if roots else None
 
     def _alive(self, pid: int, starttime: int) -> bool:

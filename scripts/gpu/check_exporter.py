@@ -97,7 +97,7 @@ def main() -> int:
             growth = reading.process[key] - base_proc
             device_growth = reading.used[str(args.device)] - base_used
             per_step = growth / step
-            nvml_own = _nvml_process_memory(gpu, args.device, child.pid)
+            nvml_own = _nvml_process_memory(args.device, child.pid)
             print(f"step {step:>3}: process {reading.process[key] / MIB:.0f} MiB (+{growth / MIB:.0f}), "
                   f"per step {per_step / MIB:.2f} MiB (truth {args.step_mib}), device +{device_growth / MIB:.0f} MiB"
                   f"  [{reported}]")
@@ -119,9 +119,10 @@ def main() -> int:
     return 0
 
 
-def _nvml_process_memory(gpu: Gpu, device: int, pid: int) -> int | None:
-    """NVML's per-process figure read directly, to compare with the collector's role sum."""
-    nvml = gpu._nvml
+def _nvml_process_memory(device: int, pid: int) -> int | None:
+    """NVML's per-process figure read directly (not through leakwatch), to compare with the collector."""
+    import pynvml as nvml
+
     handle = nvml.nvmlDeviceGetHandleByIndex(device)
     return next((int(p.usedGpuMemory) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid), None)
 
