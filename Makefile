@@ -52,6 +52,7 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 # Each benchmark prints one summary line; `make bench` runs them all.
 BENCHES :=
 BENCHES += bench-convert
+BENCHES += bench-exporter
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -60,3 +61,7 @@ bench: setup-dev  ## run every benchmark and print their summary lines
 .PHONY: bench-convert
 bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
 	@$(PY) benchmarks/convert_xglm.py
+
+.PHONY: bench-exporter
+bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
+	@$(PY) benchmarks/exporter.py

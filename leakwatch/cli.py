@@ -15,6 +15,7 @@ COMMANDS = {
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
     "plan": ("leakwatch.plan", "capacity of a model profile: weights, KV cache, concurrent sequences"),
     "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
+    "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
 }
 
 
