@@ -8,6 +8,7 @@ and the other services reach whichever model is selected by one name.
 from __future__ import annotations
 
 from .. import profiles as model_profiles
+from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..settings import StackSettings, load as load_settings
 from ..topology import compose_jobs
 from .prometheus_config import prometheus_config
@@ -142,8 +143,8 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 "GF_SERVER_HTTP_PORT": str(grafana_port),
             },
             "volumes": [
-                "./grafana/provisioning:/etc/grafana/provisioning:ro",
-                "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+                f"./grafana/provisioning:{PROVISIONING_PATH}:ro",
+                f"./grafana/dashboards:{DASHBOARDS_PATH}:ro",
                 "grafana-data:/var/lib/grafana",
             ],
             "ports": [_port(settings, "grafana")],

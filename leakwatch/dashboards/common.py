@@ -1,0 +1,38 @@
+"""Variables and annotations several dashboards share."""
+
+from __future__ import annotations
+
+from .kit import Annotation, Variable
+from .promql import VLLM_PROCESS
+
+MODEL = Variable(
+    name="model",
+    label="Model",
+    selector="vllm:num_requests_running",
+    label_name="model_name",
+    description="The served model name(s) (vLLM's model_name label).",
+)
+INSTANCE = Variable(
+    name="instance",
+    label="vLLM instance",
+    selector='vllm:num_requests_running{model_name=~"$model"}',
+    label_name="instance",
+    description="The vLLM server(s) serving the selected models, as Prometheus scrapes them.",
+)
+
+FIRING_ALERTS = Annotation(
+    name="Firing alerts",
+    expr='ALERTS{alertstate="firing"}',
+    title_format="{{alertname}}",
+    text_format="{{severity}}: {{alertname}} {{role}}{{gpu}} on {{instance}}",
+    tag_keys="alertname,severity",
+    colour="red",
+)
+VLLM_RESTARTS = Annotation(
+    name="vLLM restarts",
+    expr=f"changes(process_start_time_seconds{{{VLLM_PROCESS}}}[2m]) > 0",
+    title_format="vLLM restarted",
+    text_format="new API-server process on {{instance}}",
+    tag_keys="instance",
+    colour="orange",
+)

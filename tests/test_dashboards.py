@@ -1,0 +1,177 @@
+"""The generated dashboards: valid under Grafana 11.6's types, every query parsed by the real
+promtool, GPU-only panels flagged exactly, no vLLM names that vLLM removed."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from leakwatch.catalogue import gpu_only_names, metric_names
+from leakwatch.dashboards import boards
+from leakwatch.dashboards.files import DASHBOARDS_DIR
+from leakwatch.dashboards.kit import layout
+from leakwatch.dashboards.promql import expand, parse_duration
+from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
+from leakwatch.settings import load as load_settings
+
+BOARDS = boards()
+# Metric names vLLM has removed; dashboards that still use them go blank (the anchors' mistake).
+REMOVED_VLLM_NAMES = {
+    "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc", "vllm:time_per_output_token_seconds",
+    "vllm:num_requests_swapped", "vllm:gpu_prefix_cache_hit_rate", "vllm:cpu_prefix_cache_hit_rate",
+    "vllm:avg_prompt_throughput_toks_per_s", "vllm:avg_generation_throughput_toks_per_s",
+}
+
+
+def all_queries(board):
+    """(where, expr) for every PromQL the dashboard sends: panels, annotations, variables."""
+    for panel in board.panels():
+        for query in panel.queries:
+            yield f"{board.uid} / {panel.title}", query.expr
+    for annotation in board.annotations:
+        yield f"{board.uid} / annotation {annotation.name}", annotation.expr
+    for var in board.variables:
+        yield f"{board.uid} / variable {var.name}", var.selector
+
+
+def test_every_dashboard_is_generated_and_nothing_else():
+    assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == sorted(b.file_name for b in BOARDS)
+    assert len(BOARDS) == 4
+
+
+@pytest.mark.parametrize("board", BOARDS, ids=lambda b: b.uid)
+def test_dashboard_json_loads_under_grafana_11_6_types(board):
+    path = DASHBOARDS_DIR / board.file_name
+    assert file_problems(path) == []
+    document = json.loads(path.read_text())
+    assert document["schemaVersion"] == SCHEMA_VERSION == 41
+    assert document["uid"] == board.uid
+    assert len([p for p in document["panels"] if p["type"] != "row"]) == len(board.panels())
+
+
+def test_uids_and_titles_are_unique_across_dashboards():
+    assert len({b.uid for b in BOARDS}) == len(BOARDS)
+    assert len({b.title for b in BOARDS}) == len(BOARDS)
+
+
+def test_sdk_is_the_build_for_the_grafana_compose_runs():
+    image = load_settings().service("grafana").image  # grafana/grafana:11.6.1
+    grafana_minor = ".".join(image.rsplit(":", 1)[1].split(".")[:2])
+    sdk = importlib.metadata.version("grafana-foundation-sdk")  # 1769699379!11.6.0
+    assert ".".join(sdk.split("!")[1].split(".")[:2]) == grafana_minor
+
+
+def _memory_document():
+    return json.loads((DASHBOARDS_DIR / "leakwatch-memory.json").read_text())
+
+
+def _first(document, kind):
+    return next(p for p in document["panels"] if p["type"] == kind)
+
+
+MUTATIONS = {
+    "unknown panel key": (lambda d: _first(d, "stat").update(colour="red"), "not a field of Grafana 11.6"),
+    "wrong type": (lambda d: _first(d, "stat")["gridPos"].update(w="4"), "expected an integer"),
+    "bad enum in typed options": (lambda d: _first(d, "stat")["options"].update(graphMode="sparkle"), "BigValueGraphMode"),
+    "unknown unit": (lambda d: _first(d, "timeseries")["fieldConfig"]["defaults"].update(unit="bytez"), "unit 'bytez'"),
+    "no description": (lambda d: _first(d, "timeseries").update(description=""), "no description"),
+    "duplicate id": (lambda d: d["panels"][2].update(id=d["panels"][1]["id"]), "used more than once"),
+    "overlap": (lambda d: _first(d, "timeseries")["gridPos"].update(y=1), "overlap"),
+    "outside grid": (lambda d: _first(d, "timeseries")["gridPos"].update(x=20), "outside the 24-column grid"),
+    "hard-coded data source": (lambda d: _first(d, "timeseries").update(datasource={"type": "prometheus", "uid": "abc"}), "data source"),
+    "schema version": (lambda d: d.update(schemaVersion=39), "schemaVersion 39"),
+    "no base threshold": (lambda d: _first(d, "stat")["fieldConfig"]["defaults"]["thresholds"]["steps"].pop(0), "base step"),
+    "unknown annotation key": (lambda d: d["annotations"]["list"][0].update(titleFormatt="x"), "titleFormatt"),
+}
+
+
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_validation_catches(name):
+    mutate, message = MUTATIONS[name]
+    document = _memory_document()
+    assert dashboard_problems(copy.deepcopy(document)) == []
+    mutate(document)
+    problems = dashboard_problems(document)
+    assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize("board", BOARDS, ids=lambda b: b.uid)
+def test_grid_has_no_overlaps_and_no_gaps_beside_panels(board):
+    # validate() rejects overlaps; here also check each row's panels fill whole lines, so nothing
+    # renders as a ragged half-empty line.
+    placed = layout(board)
+    rows = {}
+    current = None
+    for item, pos in placed:
+        if pos.w == 24 and pos.h == 1 and not hasattr(item, "queries"):
+            current = item.title
+            continue
+        rows.setdefault(current, {}).setdefault(pos.y, 0)
+        rows[current][pos.y] += pos.w
+    for row, lines in rows.items():
+        assert all(width == 24 for width in lines.values()), (row, lines)
+
+
+def test_every_query_parses_with_promtool(tmp_path):
+    """promtool (the real Prometheus parser) checks each query as a recording rule, with Grafana's
+    variables replaced the way Grafana sends them."""
+    scrape = parse_duration(load_settings().prometheus["scrape_interval"])
+    rules, where = [], []
+    for board in BOARDS:
+        values = {var.name: ".*" for var in board.variables}
+        range_s = parse_duration(board.time_from.removeprefix("now-"))
+        for place, expr in all_queries(board):
+            rules.append({"record": f"dashboard_query_{len(rules)}", "expr": expand(expr, values, range_s, 60, scrape)})
+            where.append(place)
+    path = tmp_path / "dashboards.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(rules)} rules found" in result.stdout
+    assert len(rules) > 100
+
+
+def test_promtool_check_can_fail(tmp_path):
+    path = tmp_path / "bad.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "x", "expr": "sum(rate(x[5m])"}]}]}))
+    assert subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True).returncode != 0
+
+
+def test_an_unknown_variable_is_an_error():
+    with pytest.raises(KeyError):
+        expand('up{job=~"$jbo"}', {"job": ".*"}, 3600, 60, 15)
+
+
+def test_no_removed_vllm_names():
+    used = {name for board in BOARDS for _, expr in all_queries(board) for name in metric_names(expr)}
+    assert not used & REMOVED_VLLM_NAMES
+    assert "vllm:kv_cache_usage_perc" in used and "vllm:inter_token_latency_seconds_bucket" in used
+
+
+def test_gpu_flag_marks_exactly_the_gpu_only_panels():
+    """Panel.gpu is the list the end-to-end test excludes on CPU-only hosts: a panel is flagged
+    exactly when every series it uses exists only with a GPU, and no other panel uses one."""
+    gpu_names = gpu_only_names()
+    flagged = []
+    for board in BOARDS:
+        for panel in board.panels():
+            names = {n for q in panel.queries for n in metric_names(q.expr)}
+            assert names, panel.title
+            if panel.gpu:
+                flagged.append(panel.title)
+                assert names <= gpu_names, (panel.title, names - gpu_names)
+            else:
+                assert not names & gpu_names, (panel.title, names & gpu_names)
+    assert len(flagged) >= 10
+    assert all(p.gpu for p in next(b for b in BOARDS if b.uid == "leakwatch-gpu").panels())
+
+
+def test_every_description_says_what_healthy_looks_like():
+    # validate() checks that a description exists; the source must also say what "healthy" is.
+    missing = [f"{b.uid} / {p.title}" for b in BOARDS for p in b.panels() if "Healthy" not in p.description]
+    assert missing == []
