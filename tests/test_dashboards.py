@@ -28,17 +28,6 @@ REMOVED_VLLM_NAMES = {
 }
 
 
-def all_queries(board):
-    """(where, expr) for every PromQL the dashboard sends: panels, annotations, variables."""
-    for panel in board.panels():
-        for query in panel.queries:
-            yield f"{board.uid} / {panel.title}", query.expr
-    for annotation in board.annotations:
-        yield f"{board.uid} / annotation {annotation.name}", annotation.expr
-    for var in board.variables:
-        yield f"{board.uid} / variable {var.name}", var.selector
-
-
 def test_every_dashboard_is_generated_and_nothing_else():
     assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == sorted(b.file_name for b in BOARDS)
     assert len(BOARDS) == 4
@@ -125,7 +114,7 @@ def test_every_query_parses_with_promtool(tmp_path):
     for board in BOARDS:
         values = {var.name: ".*" for var in board.variables}
         range_s = parse_duration(board.time_from.removeprefix("now-"))
-        for place, expr in all_queries(board):
+        for place, expr in board.queries():
             rules.append({"record": f"dashboard_query_{len(rules)}", "expr": expand(expr, values, range_s, 60, scrape)})
             where.append(place)
     path = tmp_path / "dashboards.rules.yml"
@@ -148,7 +137,7 @@ def test_an_unknown_variable_is_an_error():
 
 
 def test_no_removed_vllm_names():
-    used = {name for board in BOARDS for _, expr in all_queries(board) for name in metric_names(expr)}
+    used = {name for board in BOARDS for _, expr in board.queries() for name in metric_names(expr)}
     assert not used & REMOVED_VLLM_NAMES
     assert "vllm:kv_cache_usage_perc" in used and "vllm:inter_token_latency_seconds_bucket" in used
 
