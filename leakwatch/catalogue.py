@@ -96,12 +96,6 @@ PROMETHEUS_SYNTHETIC = {
 }
 
 
-def loadgen_metrics() -> dict[str, dict]:
-    """The Locust exporter's contract (config/metrics/loadgen.csv), empty until it exists."""
-    path = METRICS_DIR / "loadgen.csv"
-    return load_csv(path) if path.exists() else {}
-
-
 def recorded_names(rules_dir: Path | None = None) -> set[str]:
     """Names the project's recording rules create (prometheus/rules/*.yml)."""
     import yaml

@@ -16,6 +16,7 @@ from leakwatch.dashboards import boards
 from leakwatch.dashboards.files import DASHBOARDS_DIR
 from leakwatch.dashboards.kit import layout
 from leakwatch.dashboards.promql import expand, parse_duration
+from leakwatch.errors import LeakwatchError
 from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
 from leakwatch.settings import load as load_settings
 
@@ -164,3 +165,20 @@ def test_every_description_says_what_healthy_looks_like():
     # validate() checks that a description exists; the source must also say what "healthy" is.
     missing = [f"{b.uid} / {p.title}" for b in BOARDS for p in b.panels() if "Healthy" not in p.description]
     assert missing == []
+
+
+def test_load_test_puts_client_next_to_server_once_the_loadgen_contract_exists():
+    from leakwatch.dashboards.loadtest import LOADGEN_CSV, MEASURES, loadgen_series, rows
+
+    board = next(b for b in BOARDS if b.uid == "leakwatch-loadtest")
+    client_names = {n for _, client, _ in MEASURES for q in client.queries for n in metric_names(q.expr)}
+    if LOADGEN_CSV.exists():
+        assert all(len(row.panels) == 2 for row in board.rows)
+        assert client_names <= loadgen_series()
+    else:
+        assert all(len(row.panels) == 1 and "(server)" in row.panels[0].title for row in board.rows)
+    # With the contract, every row is client | server; a client series missing from it is an error.
+    paired = rows(client_names)
+    assert [len(row.panels) for row in paired] == [2] * len(MEASURES)
+    with pytest.raises(LeakwatchError, match="not in"):
+        rows(client_names - {"leakwatch_loadgen_users"})

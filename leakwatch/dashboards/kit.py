@@ -37,6 +37,8 @@ GRID_WIDTH = 24
 # default is the provisioned Prometheus; importing into another Grafana then just works.
 DATASOURCE = model.DataSourceRef(type_val=DATASOURCE_TYPE, uid="${datasource}")
 
+# Grafana has no tokens-per-second unit: a custom suffix.
+TOKENS_PER_S = "suffix: tok/s"
 # Colours of threshold steps (Grafana's named palette).
 OK, WARN, BAD, NEUTRAL = "green", "orange", "red", "text"
 

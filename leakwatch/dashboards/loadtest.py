@@ -9,45 +9,104 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..catalogue import loadgen_metrics
+from ..catalogue import METRICS_DIR, load_csv, metric_names
+from ..errors import LeakwatchError
 from . import thresholds as T
 from .common import FIRING_ALERTS, INSTANCE, MODEL
-from .kit import BAD, NEUTRAL, WARN, Board, Panel, Query, Row
-from .promql import VLLM_PROCESS, quantile, rate
+from .kit import BAD, NEUTRAL, TOKENS_PER_S, WARN, Board, Panel, Query, Row
+from .promql import VLLM, VLLM_PROCESS, quantile, rate
 
-TOKENS_PER_S = "suffix: tok/s"
+LOADGEN_CSV = METRICS_DIR / "loadgen.csv"
+# The load generator's series carry no model label; a run drives one model at a time.
+LOADGEN = "leakwatch_loadgen"
+
+
+def loadgen_series() -> set[str] | None:
+    """Sample names the load generator emits (a histogram as its _bucket/_sum/_count); None while
+    config/metrics/loadgen.csv does not exist."""
+    if not LOADGEN_CSV.exists():
+        return None
+    names = set()
+    for name, row in load_csv(LOADGEN_CSV).items():
+        names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"} if row["type"] == "histogram" else {name}
+    return names
 
 
 def server_percentiles(histogram: str, qs=(0.5, 0.9)) -> tuple[Query, ...]:
     return tuple(Query(quantile(q, histogram), f"server p{int(q * 100)} {{{{model_name}}}}") for q in qs)
 
 
-# (row title, client panel or None, server panel). Client panels name the series they need in
-# `needs`; see client_panel().
-MEASURES: list[tuple[str, tuple[str, ...], Panel | None, Panel]] = [
-    ("Time to first token", (), None, Panel(
+def client_percentiles(histogram: str, qs=(0.5, 0.9)) -> tuple[Query, ...]:
+    # Overall percentiles, like the server's per model: the client's buckets are vLLM's own edges.
+    return tuple(
+        Query(f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket[$__rate_interval])))", f"client p{int(q * 100)}")
+        for q in qs
+    )
+
+
+TTFT_LEVELS = ((T.TTFT_WARN_S, WARN), (T.TTFT_BAD_S, BAD))
+ITL_LEVELS = ((T.ITL_WARN_S, WARN), (T.ITL_BAD_S, BAD))
+E2E_LEVELS = ((T.E2E_LATENCY_WARN_S, WARN), (T.E2E_LATENCY_BAD_S, BAD))
+FAILED_CALLS = ((0.01, WARN),)
+
+# One row per measure: (title, client panel, server panel). A client panel is built only when the
+# load generator emits every series it uses (see rows()).
+MEASURES: list[tuple[str, Panel, Panel]] = [
+    ("Time to first token", Panel(
+        title="Time to first token (client)",
+        unit="s", queries=client_percentiles(f"{LOADGEN}_time_to_first_token_seconds"),
+        thresholds=TTFT_LEVELS,
+        description="From sending a request to its first streamed chunk, as the load generator saw it "
+                    "(HTTP, tokenisation and the API server's queue included). Healthy: a little above "
+                    "the server's figure; far above it, the client is saturated and inflates TTFT.",
+    ), Panel(
         title="Time to first token (server)",
         unit="s", queries=server_percentiles("vllm:time_to_first_token_seconds"),
-        thresholds=((T.TTFT_WARN_S, WARN), (T.TTFT_BAD_S, BAD)),
+        thresholds=TTFT_LEVELS,
         description="vLLM's own TTFT: queueing plus prefill, without HTTP and client overhead. Healthy: the "
                     "client's figure slightly higher; a large gap means a saturated client (it "
                     "inflates TTFT) or network trouble.",
     )),
-    ("Time between tokens", (), None, Panel(
+    ("Time between tokens", Panel(
+        title="Inter-token latency (client)",
+        unit="s", queries=client_percentiles(f"{LOADGEN}_inter_token_latency_seconds"),
+        thresholds=ITL_LEVELS,
+        description="Gaps between consecutive streamed chunks at the client, at full precision (not "
+                    "Locust's rounded buckets). Healthy: close to the server's figure.",
+    ), Panel(
         title="Inter-token latency (server)",
         unit="s", queries=server_percentiles("vllm:inter_token_latency_seconds"),
-        thresholds=((T.ITL_WARN_S, WARN), (T.ITL_BAD_S, BAD)),
+        thresholds=ITL_LEVELS,
         description="Gap between streamed tokens as vLLM measures it. Healthy: below 100 ms and flat as "
                     "concurrency ramps; a knee shows where batching stops paying off.",
     )),
-    ("End-to-end latency", (), None, Panel(
+    ("End-to-end latency", Panel(
+        title="End-to-end latency (client)",
+        unit="s", queries=client_percentiles(f"{LOADGEN}_e2e_request_latency_seconds"),
+        thresholds=E2E_LEVELS,
+        description="From sending a request to its last chunk at the client. Healthy: the server's figure "
+                    "plus a little; the articles alert above 15 s.",
+    ), Panel(
         title="End-to-end latency (server)",
         unit="s", queries=server_percentiles("vllm:e2e_request_latency_seconds"),
-        thresholds=((T.E2E_LATENCY_WARN_S, WARN), (T.E2E_LATENCY_BAD_S, BAD)),
+        thresholds=E2E_LEVELS,
         description="Whole-request time inside vLLM; grows with output length and concurrency. Healthy: "
                     "below 10 s at the target concurrency; the articles alert above 15 s.",
     )),
-    ("Throughput", (), None, Panel(
+    ("Throughput", Panel(
+        title="Requests and tokens per second (client)",
+        unit="reqps",
+        queries=(
+            Query(f'sum(rate({LOADGEN}_requests_total{{outcome="ok"}}[$__rate_interval]))', "client requests/s"),
+            Query(f"sum({LOADGEN}_target_request_rate)", "schedule asks (production day)", dashed=True),
+            Query(f"sum(rate({LOADGEN}_output_tokens_total[$__rate_interval]))", "client output tokens/s",
+                  unit=TOKENS_PER_S, right_axis=True),
+        ),
+        base_colour=NEUTRAL,
+        description="Successful requests and output tokens (the server's usage counts) per second at the "
+                    "client, against the rate the production-day schedule asks for. Healthy: achieved "
+                    "rate on the schedule's line.",
+    ), Panel(
         title="Requests and tokens per second (server)",
         unit="reqps",
         queries=(
@@ -59,32 +118,57 @@ MEASURES: list[tuple[str, tuple[str, ...], Panel | None, Panel]] = [
         description="Requests finished and tokens generated per second by vLLM. Healthy: follows the "
                     "load shape; a plateau while users keep ramping is the server's capacity.",
     )),
-    ("Concurrency", (), None, Panel(
+    ("Concurrency", Panel(
+        title="Streams open and users (client)",
+        unit="short",
+        queries=(
+            Query(f"sum({LOADGEN}_streams_in_flight)", "client streams open"),
+            Query(f"sum({LOADGEN}_users)", "Locust users"),
+        ),
+        base_colour=NEUTRAL,
+        description="Streams the load generator holds open and Locust users running. Healthy: open "
+                    "streams follow the ramp up to the target (e.g. 256).",
+    ), Panel(
         title="Requests running and queued (server)",
         unit="short",
         queries=(
-            Query('sum(vllm:num_requests_running{model_name=~"$model", instance=~"$instance"})', "server running"),
-            Query('sum(vllm:num_requests_waiting{model_name=~"$model", instance=~"$instance"})', "server waiting"),
+            Query(f"sum(vllm:num_requests_running{{{VLLM}}})", "server running"),
+            Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", "server waiting"),
         ),
         base_colour=NEUTRAL,
         description="Requests in vLLM's running batch and queue. Running tops out at max-num-seqs (256 in "
                     "the articles). Healthy: waiting at 0; above 0 the run pushes past what the server "
                     "batches.",
     )),
-    ("Errors", (), None, Panel(
+    ("Errors", Panel(
+        title="Failed requests by class (client)",
+        unit="reqps",
+        queries=(Query(f'sum by (outcome) (rate({LOADGEN}_requests_total{{outcome!~"ok|cancelled"}}[$__rate_interval]))',
+                       "client {{outcome}}"),),
+        thresholds=FAILED_CALLS,
+        description="Requests the load generator counted as failed, by class (HTTP status, timeout, stream "
+                    "cut). Healthy: none; failures the server does not show are network or client trouble.",
+    ), Panel(
         title="Failed API calls (server)",
         unit="reqps",
         queries=(Query(f'sum by (status) (rate(http_requests_total{{{VLLM_PROCESS}, handler=~"/v1/.*", status!="2xx"}}[$__rate_interval]))',
                        "server {{status}}"),),
-        thresholds=((0.01, WARN),),
+        thresholds=FAILED_CALLS,
         description="Non-2xx answers vLLM sent per second. Healthy: none during a load test; 4xx usually "
                     "means a wrong model name or over-long prompts in the profile.",
     )),
-    ("Saturation", (), None, Panel(
+    ("Saturation", Panel(
+        title="Schedule lag (client)",
+        unit="s", queries=client_percentiles(f"{LOADGEN}_queue_delay_seconds", qs=(0.9, 0.99)),
+        thresholds=((1, WARN), (10, BAD)),
+        description="How late the client sent requests against the open-loop schedule (coordinated "
+                    "omission). Healthy: near 0; growing lag means the client, not the server, limits the "
+                    "run and its latency figures are too optimistic.",
+    ), Panel(
         title="KV cache usage and preemptions (server)",
         unit="percentunit", min=0,
         queries=(
-            Query('max(vllm:kv_cache_usage_perc{model_name=~"$model", instance=~"$instance"})', "KV cache usage"),
+            Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache usage"),
             Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s", unit="ops", right_axis=True),
         ),
         thresholds=((T.KV_CACHE_WARN, WARN), (T.KV_CACHE_BAD, BAD)),
@@ -95,21 +179,18 @@ MEASURES: list[tuple[str, tuple[str, ...], Panel | None, Panel]] = [
 ]
 
 
-def client_panel(needs: tuple[str, ...], panel: Panel | None, available: set[str]) -> Panel | None:
-    """The client panel when the load generator emits every series it needs, else None."""
-    if panel is None or not needs or not set(needs) <= available:
-        return None
-    return panel
-
-
-def rows(available: set[str]) -> tuple[Row, ...]:
+def rows(available: set[str] | None) -> tuple[Row, ...]:
+    """Client and server side by side once the load generator's contract exists (every series a
+    client panel uses must be in it); the server side alone before."""
     built = []
-    for title, needs, client, server in MEASURES:
-        client = client_panel(needs, client, available)
-        if client is None:
+    for title, client, server in MEASURES:
+        if available is None:
             built.append(Row(title, (replace(server, width=24),)))
-        else:
-            built.append(Row(title, (replace(client, width=12), replace(server, width=12))))
+            continue
+        missing = {name for query in client.queries for name in metric_names(query.expr)} - available
+        if missing:
+            raise LeakwatchError(f"load-test panel {client.title!r} uses {sorted(missing)}, not in {LOADGEN_CSV}")
+        built.append(Row(title, (replace(client, width=12), replace(server, width=12))))
     return tuple(built)
 
 
@@ -122,6 +203,6 @@ BOARD = Board(
     time_from="now-1h",
     refresh="10s",
     variables=(MODEL, INSTANCE),
-    rows=rows(set(loadgen_metrics())),
+    rows=rows(loadgen_series()),
     annotations=(FIRING_ALERTS,),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import thresholds as T
 from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS
-from .kit import BAD, NEUTRAL, WARN, Board, Panel, Query, Row
+from .kit import BAD, NEUTRAL, TOKENS_PER_S, WARN, Board, Panel, Query, Row
 from .promql import VLLM, VLLM_PROCESS, quantile, rate, ratio
 
 TTFT = "vllm:time_to_first_token_seconds"
@@ -14,7 +14,6 @@ E2E = "vllm:e2e_request_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
 # The OpenAI API's own endpoints (not /metrics or /health) as the HTTP instrumentator labels them.
 API = f'{VLLM_PROCESS}, handler=~"/v1/.*"'
-TOKENS_PER_S = "suffix: tok/s"
 
 TTFT_LEVELS = ((T.TTFT_WARN_S, WARN), (T.TTFT_BAD_S, BAD))
 ITL_LEVELS = ((T.ITL_WARN_S, WARN), (T.ITL_BAD_S, BAD))
