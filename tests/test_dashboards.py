@@ -182,3 +182,19 @@ def test_load_test_puts_client_next_to_server_once_the_loadgen_contract_exists()
     assert [len(row.panels) for row in paired] == [2] * len(MEASURES)
     with pytest.raises(LeakwatchError, match="not in"):
         rows(client_names - {"leakwatch_loadgen_users"})
+
+
+def test_cli_validate(tmp_path, capsys):
+    from leakwatch.cli import main
+
+    assert main(["dashboards", "validate"]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(BOARDS)
+    broken = _memory_document()
+    _first(broken, "timeseries")["fieldConfig"]["defaults"]["unit"] = "bytez"
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "not.json").write_text("{")
+    assert main(["dashboards", "validate", str(tmp_path / "broken.json"), str(tmp_path / "not.json")]) == 1
+    out = capsys.readouterr().out
+    assert "unit 'bytez'" in out and "not JSON" in out
+    assert main(["dashboards", "validate", str(tmp_path / "missing.json")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -122,3 +122,14 @@ def test_annotation_queries_run(board, native_stack, traffic, variables):
     values = variable_values(variables[board.uid])
     for annotation in board.annotations:
         assert run_annotation(native_stack.prometheus, board, annotation, values, traffic) is None, annotation.name
+
+
+def test_cli_check_reports_every_serving_panel_with_data(native_stack, traffic, capsys):
+    from leakwatch.cli import main
+
+    code = main(["dashboards", "check", "--prometheus", native_stack.prometheus.base_url, "--dashboard", "leakwatch-serving"])
+    out = capsys.readouterr().out
+    panels = len(next(b for b in BOARDS if b.uid == "leakwatch-serving").panels())
+    assert code == 0, out
+    assert f"leakwatch-serving: {panels}/{panels} panels have data" in out
+    assert main(["dashboards", "check", "--prometheus", native_stack.prometheus.base_url, "--dashboard", "nope"]) == 2
