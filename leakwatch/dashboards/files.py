@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Callable
 
 from ..generate import yamlfmt
-from ..paths import GRAFANA_DIR
-from . import boards, provisioning
+from ..paths import GRAFANA_DIR, REPO_ROOT
+from . import boards, provisioning, reference
 
 DASHBOARDS_DIR = GRAFANA_DIR / "dashboards"
 PROVISIONING_DIR = GRAFANA_DIR / "provisioning"
 DATASOURCES_FILE = PROVISIONING_DIR / "datasources" / "leakwatch.yml"
 PROVIDER_FILE = PROVISIONING_DIR / "dashboards" / "leakwatch.yml"
+REFERENCE_FILE = REPO_ROOT / "docs" / "dashboards-reference.md"
 
 
 def generated_files() -> dict[Path, Callable[[], str]]:
@@ -30,4 +31,5 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     }
     for board in boards():
         files[DASHBOARDS_DIR / board.file_name] = (lambda b=board: render(b))
+    files[REFERENCE_FILE] = reference.render
     return files
