@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .kit import Annotation, Variable
-from .promql import VLLM_PROCESS
+from .kit import Annotation, Query, Variable
+from .promql import VLLM, VLLM_PROCESS, quantile
 
 MODEL = Variable(
     name="model",
@@ -36,3 +36,17 @@ VLLM_RESTARTS = Annotation(
     tag_keys="instance",
     colour="orange",
 )
+
+
+def percentiles(histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name",
+                selector: str = VLLM) -> tuple[Query, ...]:
+    """One query per percentile of a histogram, legends such as "p90 demo"."""
+    label = f" {{{{{by}}}}}" if by else ""
+    return tuple(Query(quantile(q, histogram, by, selector), f"{prefix}p{round(q * 100)}{label}") for q in qs)
+
+
+def running_and_waiting(prefix: str = "") -> tuple[Query, Query]:
+    return (
+        Query(f"sum(vllm:num_requests_running{{{VLLM}}})", f"{prefix}running"),
+        Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", f"{prefix}waiting"),
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from . import thresholds as T
 from .common import FIRING_ALERTS
-from .kit import BAD, NEUTRAL, WARN, Board, Panel, Query, Row, Variable
+from .kit import Board, Panel, Query, Row, Variable
+from .thresholds import BAD, NEUTRAL, WARN
 from .promql import MIB
 
 DCGM_INSTANCE = Variable(
@@ -25,8 +26,6 @@ CARD = Variable(
 SEL = 'instance=~"$instance", gpu=~"$gpu"'
 PER_CARD = "GPU {{gpu}} {{modelName}}"
 USED_SHARE = f"DCGM_FI_DEV_FB_USED{{{SEL}}} / (DCGM_FI_DEV_FB_USED{{{SEL}}} + DCGM_FI_DEV_FB_FREE{{{SEL}}})"
-MEMORY_LEVELS = ((T.GPU_MEMORY_USED_WARN, WARN), (T.GPU_MEMORY_USED_BAD, BAD))
-TEMP_LEVELS = ((T.GPU_TEMP_WARN_C, WARN), (T.GPU_TEMP_BAD_C, BAD))
 
 now = Row("All cards now", (
     Panel(
@@ -49,7 +48,7 @@ now = Row("All cards now", (
         title="Fullest card's memory",
         kind="stat", unit="percentunit", width=4, height=5, gpu=True, min=0, max=1,
         queries=(Query(f"max({USED_SHARE})", "used"),),
-        thresholds=MEMORY_LEVELS,
+        thresholds=T.GPU_MEMORY_USED,
         description="Framebuffer used on the fullest card. Healthy under vLLM: ~90 % from start-up (its KV "
                     "cache is preallocated); leaks show on the memory-leak dashboard as growth.",
     ),
@@ -57,7 +56,7 @@ now = Row("All cards now", (
         title="Hottest card",
         kind="stat", unit="celsius", width=4, height=5, gpu=True,
         queries=(Query(f"max(DCGM_FI_DEV_GPU_TEMP{{{SEL}}})", "temperature"),),
-        thresholds=TEMP_LEVELS,
+        thresholds=T.GPU_TEMP,
         description="Highest GPU die temperature. Healthy: below 80 °C; cards throttle clocks when hot.",
     ),
     Panel(
@@ -105,7 +104,7 @@ per_card = Row("Per card", (
         title="Framebuffer used share",
         unit="percentunit", width=8, gpu=True, min=0, max=1,
         queries=(Query(USED_SHARE, PER_CARD),),
-        thresholds=MEMORY_LEVELS,
+        thresholds=T.GPU_MEMORY_USED,
         description="Used / (used + free) per card. vLLM takes --gpu-memory-utilization (e.g. 90 %) at "
                     "start. Healthy: flat at that level.",
     ),
@@ -116,7 +115,7 @@ per_card = Row("Per card", (
             Query(f"DCGM_FI_DEV_GPU_TEMP{{{SEL}}}", PER_CARD + " die"),
             Query(f"DCGM_FI_DEV_MEMORY_TEMP{{{SEL}}}", PER_CARD + " memory"),
         ),
-        thresholds=TEMP_LEVELS,
+        thresholds=T.GPU_TEMP,
         description="Die and memory temperature per card. Healthy: die below 80 °C.",
     ),
     Panel(

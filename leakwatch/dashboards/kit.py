@@ -31,6 +31,7 @@ except ImportError:  # the SDK is a development dependency: only generation and 
     ) from None
 
 from .provisioning import DATASOURCE_TYPE, DATASOURCE_UID, DATASOURCE_NAME
+from .thresholds import OK
 
 GRID_WIDTH = 24
 # Every panel and annotation queries the data source chosen in the `datasource` variable, whose
@@ -39,8 +40,6 @@ DATASOURCE = model.DataSourceRef(type_val=DATASOURCE_TYPE, uid="${datasource}")
 
 # Grafana has no tokens-per-second unit: a custom suffix.
 TOKENS_PER_S = "suffix: tok/s"
-# Colours of threshold steps (Grafana's named palette).
-OK, WARN, BAD, NEUTRAL = "green", "orange", "red", "text"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from dataclasses import replace
 from ..catalogue import METRICS_DIR, load_csv, metric_names
 from ..errors import LeakwatchError
 from . import thresholds as T
-from .common import FIRING_ALERTS, INSTANCE, MODEL
-from .kit import BAD, NEUTRAL, TOKENS_PER_S, WARN, Board, Panel, Query, Row
-from .promql import VLLM, VLLM_PROCESS, quantile, rate
+from .common import FIRING_ALERTS, INSTANCE, MODEL, percentiles, running_and_waiting
+from .kit import TOKENS_PER_S, Board, Panel, Query, Row
+from .promql import VLLM, failed_api_calls, rate
+from .thresholds import NEUTRAL
 
 LOADGEN_CSV = METRICS_DIR / "loadgen.csv"
 # The load generator's series carry no model label; a run drives one model at a time.
@@ -32,22 +33,14 @@ def loadgen_series() -> set[str] | None:
     return names
 
 
-def server_percentiles(histogram: str, qs=(0.5, 0.9)) -> tuple[Query, ...]:
-    return tuple(Query(quantile(q, histogram), f"server p{int(q * 100)} {{{{model_name}}}}") for q in qs)
+def server_percentiles(histogram: str) -> tuple[Query, ...]:
+    return percentiles(histogram, (0.5, 0.9), prefix="server ")
 
 
 def client_percentiles(histogram: str, qs=(0.5, 0.9)) -> tuple[Query, ...]:
-    # Overall percentiles, like the server's per model: the client's buckets are vLLM's own edges.
-    return tuple(
-        Query(f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket[$__rate_interval])))", f"client p{int(q * 100)}")
-        for q in qs
-    )
+    # One overall figure per percentile, comparable with the server's: the buckets are vLLM's edges.
+    return percentiles(histogram, qs, prefix="client ", by="", selector="")
 
-
-TTFT_LEVELS = ((T.TTFT_WARN_S, WARN), (T.TTFT_BAD_S, BAD))
-ITL_LEVELS = ((T.ITL_WARN_S, WARN), (T.ITL_BAD_S, BAD))
-E2E_LEVELS = ((T.E2E_LATENCY_WARN_S, WARN), (T.E2E_LATENCY_BAD_S, BAD))
-FAILED_CALLS = ((0.01, WARN),)
 
 # One row per measure: (title, client panel, server panel). A client panel is built only when the
 # load generator emits every series it uses (see rows()).
@@ -55,14 +48,14 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
     ("Time to first token", Panel(
         title="Time to first token (client)",
         unit="s", queries=client_percentiles(f"{LOADGEN}_time_to_first_token_seconds"),
-        thresholds=TTFT_LEVELS,
+        thresholds=T.TTFT,
         description="From sending a request to its first streamed chunk, as the load generator saw it "
                     "(HTTP, tokenisation and the API server's queue included). Healthy: a little above "
                     "the server's figure; far above it, the client is saturated and inflates TTFT.",
     ), Panel(
         title="Time to first token (server)",
         unit="s", queries=server_percentiles("vllm:time_to_first_token_seconds"),
-        thresholds=TTFT_LEVELS,
+        thresholds=T.TTFT,
         description="vLLM's own TTFT: queueing plus prefill, without HTTP and client overhead. Healthy: the "
                     "client's figure slightly higher; a large gap means a saturated client (it "
                     "inflates TTFT) or network trouble.",
@@ -70,26 +63,26 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
     ("Time between tokens", Panel(
         title="Inter-token latency (client)",
         unit="s", queries=client_percentiles(f"{LOADGEN}_inter_token_latency_seconds"),
-        thresholds=ITL_LEVELS,
+        thresholds=T.ITL,
         description="Gaps between consecutive streamed chunks at the client, at full precision (not "
                     "Locust's rounded buckets). Healthy: close to the server's figure.",
     ), Panel(
         title="Inter-token latency (server)",
         unit="s", queries=server_percentiles("vllm:inter_token_latency_seconds"),
-        thresholds=ITL_LEVELS,
+        thresholds=T.ITL,
         description="Gap between streamed tokens as vLLM measures it. Healthy: below 100 ms and flat as "
                     "concurrency ramps; a knee shows where batching stops paying off.",
     )),
     ("End-to-end latency", Panel(
         title="End-to-end latency (client)",
         unit="s", queries=client_percentiles(f"{LOADGEN}_e2e_request_latency_seconds"),
-        thresholds=E2E_LEVELS,
+        thresholds=T.E2E_LATENCY,
         description="From sending a request to its last chunk at the client. Healthy: the server's figure "
                     "plus a little; the articles alert above 15 s.",
     ), Panel(
         title="End-to-end latency (server)",
         unit="s", queries=server_percentiles("vllm:e2e_request_latency_seconds"),
-        thresholds=E2E_LEVELS,
+        thresholds=T.E2E_LATENCY,
         description="Whole-request time inside vLLM; grows with output length and concurrency. Healthy: "
                     "below 10 s at the target concurrency; the articles alert above 15 s.",
     )),
@@ -131,10 +124,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
     ), Panel(
         title="Requests running and queued (server)",
         unit="short",
-        queries=(
-            Query(f"sum(vllm:num_requests_running{{{VLLM}}})", "server running"),
-            Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", "server waiting"),
-        ),
+        queries=running_and_waiting(prefix="server "),
         base_colour=NEUTRAL,
         description="Requests in vLLM's running batch and queue. Running tops out at max-num-seqs (256 in "
                     "the articles). Healthy: waiting at 0; above 0 the run pushes past what the server "
@@ -145,22 +135,21 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
         unit="reqps",
         queries=(Query(f'sum by (outcome) (rate({LOADGEN}_requests_total{{outcome!~"ok|cancelled"}}[$__rate_interval]))',
                        "client {{outcome}}"),),
-        thresholds=FAILED_CALLS,
+        thresholds=T.FAILURES_PER_S,
         description="Requests the load generator counted as failed, by class (HTTP status, timeout, stream "
                     "cut). Healthy: none; failures the server does not show are network or client trouble.",
     ), Panel(
         title="Failed API calls (server)",
         unit="reqps",
-        queries=(Query(f'sum by (status) (rate(http_requests_total{{{VLLM_PROCESS}, handler=~"/v1/.*", status!="2xx"}}[$__rate_interval]))',
-                       "server {{status}}"),),
-        thresholds=FAILED_CALLS,
+        queries=(Query(failed_api_calls("status"), "server {{status}}"),),
+        thresholds=T.FAILURES_PER_S,
         description="Non-2xx answers vLLM sent per second. Healthy: none during a load test; 4xx usually "
                     "means a wrong model name or over-long prompts in the profile.",
     )),
     ("Saturation", Panel(
         title="Schedule lag (client)",
         unit="s", queries=client_percentiles(f"{LOADGEN}_queue_delay_seconds", qs=(0.9, 0.99)),
-        thresholds=((1, WARN), (10, BAD)),
+        thresholds=T.SCHEDULE_LAG,
         description="How late the client sent requests against the open-loop schedule (coordinated "
                     "omission). Healthy: near 0; growing lag means the client, not the server, limits the "
                     "run and its latency figures are too optimistic.",
@@ -171,7 +160,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache usage"),
             Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s", unit="ops", right_axis=True),
         ),
-        thresholds=((T.KV_CACHE_WARN, WARN), (T.KV_CACHE_BAD, BAD)),
+        thresholds=T.KV_CACHE,
         description="How close the KV cache is to full, and requests evicted for lack of it. Healthy: no "
                     "preemptions; a stress run that finds them has found the concurrency the cache "
                     "supports.",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from . import thresholds as T
 from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS
-from .kit import BAD, NEUTRAL, OK, WARN, Annotation, Board, Panel, Query, Row, Variable
+from .kit import Annotation, Board, Panel, Query, Row, Variable
+from .thresholds import BAD, NEUTRAL, OK, WARN
 from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS
 
 GPU_VARIABLE = Variable(
@@ -24,10 +25,6 @@ BASELINE_TAKEN = Annotation(
     colour="blue",
 )
 
-GROWTH_PER_REQUEST = ((T.GROWTH_PER_REQUEST_WARN, WARN), (T.GROWTH_PER_REQUEST_BAD, BAD))
-RETENTION = ((T.RETENTION_RATIO, BAD),)
-# Small is bad for a forecast: red below 6 h, orange below a day.
-EXHAUSTION = ((T.EXHAUSTION_BAD_S, WARN), (T.EXHAUSTION_WARN_S, OK))
 NOT_GROWING = ((FORECAST_CAP_S, FORECAST_CAP_S * 1000, "not growing"),)
 
 HOST_MEMORY = "leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes"
@@ -48,7 +45,7 @@ at_a_glance = Row("Is memory leaking?", (
         title="Host memory growth per request (worst vLLM process role)",
         kind="stat", unit="bytes", width=4, height=5,
         queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
-        thresholds=GROWTH_PER_REQUEST,
+        thresholds=T.GROWTH_PER_REQUEST,
         description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
                     "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
                     "warm-up is over; article A's leak was ~6 MB per request.",
@@ -57,7 +54,7 @@ at_a_glance = Row("Is memory leaking?", (
         title="GPU memory growth per request (worst GPU)",
         kind="stat", unit="bytes", width=4, height=5, gpu=True,
         queries=(Query(f"max(leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}})", "worst GPU"),),
-        thresholds=GROWTH_PER_REQUEST,
+        thresholds=T.GROWTH_PER_REQUEST,
         description="GPU memory gained since the post-warm-up baseline divided by requests served. "
                     "Healthy: near 0 B; vLLM preallocates its KV cache at start, so real growth after the "
                     "baseline is a leak. GPU hosts only.",
@@ -68,7 +65,7 @@ at_a_glance = Row("Is memory leaking?", (
         queries=(Query(
             f"clamp_max(({HOST_HEADROOM}) / clamp_min(deriv(sum({HOST_MEMORY})[1h:1m]), 1e-06), {FORECAST_CAP_S})",
             "forecast"),),
-        thresholds=EXHAUSTION, ranges=NOT_GROWING,
+        thresholds=T.EXHAUSTION, ranges=NOT_GROWING,
         description="Available RAM + free swap divided by how fast vLLM's processes (RSS + swap, all roles) "
                     "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
     ),
@@ -78,7 +75,7 @@ at_a_glance = Row("Is memory leaking?", (
         queries=(Query(
             f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min(deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[1h]), 1e-06), "
             f"{FORECAST_CAP_S}))", "forecast"),),
-        thresholds=EXHAUSTION, ranges=NOT_GROWING,
+        thresholds=T.EXHAUSTION, ranges=NOT_GROWING,
         description="Free framebuffer divided by its growth over the last hour, for the card closest to "
                     "full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
                     "24 GB card has ~2 GB of headroom: hours, not days. GPU hosts only.",
@@ -128,7 +125,7 @@ gpu_memory = Row("GPU memory, per card and per vLLM process", (
         title="GPU memory growth per request",
         unit="bytes", width=8, gpu=True,
         queries=(Query(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=GROWTH_PER_REQUEST,
+        thresholds=T.GROWTH_PER_REQUEST,
         description="Growth since the baseline divided by requests served since then: the leak's size per "
                     "request. Healthy: near 0 B and falling as requests accumulate.",
     ),
@@ -136,7 +133,7 @@ gpu_memory = Row("GPU memory, per card and per vLLM process", (
         title="VRAM retention after bursts",
         unit="percentunit", width=8, gpu=True, min=0, max=1,
         queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=RETENTION,
+        thresholds=T.RETENTION,
         description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
                     "is idle again (the articles' vram_retention_ratio). Healthy: below 30 %.",
     ),
@@ -180,7 +177,7 @@ host_memory = Row("Host memory, per vLLM process role", (
         title="Host memory growth per request, per role",
         unit="bytes", width=8,
         queries=(Query("leakwatch_host_memory_growth_per_request_bytes", "{{role}}"),),
-        thresholds=GROWTH_PER_REQUEST,
+        thresholds=T.GROWTH_PER_REQUEST,
         description="Growth since the baseline divided by requests served: from ~90 B to several MB per "
                     "request in real vLLM leaks. Healthy: near 0 B and falling as requests accumulate.",
     ),
@@ -188,7 +185,7 @@ host_memory = Row("Host memory, per vLLM process role", (
         title="Host memory retention after bursts, per role",
         unit="percentunit", width=8, min=0, max=1,
         queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
-        thresholds=RETENTION,
+        thresholds=T.RETENTION,
         description="Share of the host memory gained during the last burst still held once vLLM is idle. "
                     "Healthy: below 30 %.",
     ),
@@ -199,7 +196,7 @@ host_memory = Row("Host memory, per vLLM process role", (
             Query(f"max(process_resident_memory_bytes{{{VLLM_PROCESS}}}) / ({MEMORY_LIMIT})", "API server RSS"),
             Query(f"max(leakwatch_cgroup_memory_usage_bytes) / ({MEMORY_LIMIT})", "cgroup (all vLLM processes)"),
         ),
-        thresholds=((T.MEMORY_LIMIT_RATIO, BAD),),
+        thresholds=T.MEMORY_LIMIT,
         description="Memory as a share of the container's limit (the host's RAM when there is none): the "
                     "articles' HighMemoryUsage (> 90 %). Healthy: well below 90 % and flat.",
     ),

@@ -19,6 +19,8 @@ VLLM = 'model_name=~"$model", instance=~"$instance"'
 # prometheus_client's process_* and python_gc_* collectors in vLLM describe the API-server process.
 VLLM_PROCESS = f'job="{VLLM_JOB}", instance=~"$instance"'
 NODE = f'job="{NODE_JOB}"'
+# The OpenAI API's own endpoints (not /metrics or /health) as vLLM's HTTP instrumentator labels them.
+VLLM_API = f'{VLLM_PROCESS}, handler=~"/v1/.*"'
 GPU = 'gpu=~"$gpu"'
 
 MIB = 1048576
@@ -27,16 +29,24 @@ FORECAST_CAP_S = 30 * 86400
 
 
 def rate(metric: str, selector: str = VLLM) -> str:
-    return f"rate({metric}{{{selector}}}[$__rate_interval])"
+    return f"rate({metric}{{{selector}}}[$__rate_interval])" if selector else f"rate({metric}[$__rate_interval])"
 
 
-def quantile(q: float, histogram: str, by: str = "model_name") -> str:
-    """A latency percentile from one of vLLM's histograms, per `by` label."""
-    return f"histogram_quantile({q}, sum by (le, {by}) ({rate(histogram + '_bucket')}))"
+def quantile(q: float, histogram: str, by: str = "model_name", selector: str = VLLM) -> str:
+    """A percentile from a Prometheus histogram (vLLM's by default), per `by` label ("" for one
+    overall figure)."""
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, sum by ({group}) ({rate(histogram + '_bucket', selector)}))"
 
 
 def ratio(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator})"
+
+
+def failed_api_calls(by: str = "") -> str:
+    """Non-2xx answers of the OpenAI API per second (4xx: bad requests, 5xx: server failures)."""
+    grouping = f" by ({by}) " if by else ""
+    return f'sum{grouping}(rate(http_requests_total{{{VLLM_API}, status!="2xx"}}[$__rate_interval]))'
 
 
 # -- Grafana's variable expansion ----------------------------------------------------------------

@@ -4,29 +4,19 @@ own /metrics (current names: kv_cache_usage_perc, inter_token_latency_seconds)."
 from __future__ import annotations
 
 from . import thresholds as T
-from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS
-from .kit import BAD, NEUTRAL, TOKENS_PER_S, WARN, Board, Panel, Query, Row
-from .promql import VLLM, VLLM_PROCESS, quantile, rate, ratio
+from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
+from .kit import TOKENS_PER_S, Board, Panel, Query, Row
+from .promql import VLLM, VLLM_API, failed_api_calls, quantile, rate, ratio
+from .thresholds import NEUTRAL
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
-# The OpenAI API's own endpoints (not /metrics or /health) as the HTTP instrumentator labels them.
-API = f'{VLLM_PROCESS}, handler=~"/v1/.*"'
-
-TTFT_LEVELS = ((T.TTFT_WARN_S, WARN), (T.TTFT_BAD_S, BAD))
-ITL_LEVELS = ((T.ITL_WARN_S, WARN), (T.ITL_BAD_S, BAD))
-E2E_LEVELS = ((T.E2E_LATENCY_WARN_S, WARN), (T.E2E_LATENCY_BAD_S, BAD))
-KV_LEVELS = ((T.KV_CACHE_WARN, WARN), (T.KV_CACHE_BAD, BAD))
 
 
 def overall(q: float, histogram: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) ({rate(histogram + '_bucket')}))"
-
-
-def percentiles(histogram: str) -> tuple[Query, ...]:
-    return tuple(Query(quantile(q, histogram), f"p{int(q * 100)} {{{{model_name}}}}") for q in (0.5, 0.9, 0.99))
+    return quantile(q, histogram, by="")
 
 
 now = Row("Service level now", (
@@ -40,9 +30,8 @@ now = Row("Service level now", (
     Panel(
         title="Failed API calls",
         kind="stat", unit="percentunit", width=4, height=5,
-        queries=(Query(ratio(f'sum(rate(http_requests_total{{{API}, status!="2xx"}}[$__rate_interval]))',
-                             f"sum(rate(http_requests_total{{{API}}}[$__rate_interval]))"), "failed share"),),
-        thresholds=((T.ERROR_RATIO_WARN, WARN), (T.ERROR_RATIO_BAD, BAD)),
+        queries=(Query(ratio(failed_api_calls(), f"sum({rate('http_requests_total', VLLM_API)})"), "failed share"),),
+        thresholds=T.ERROR_RATIO,
         description="Share of OpenAI API calls answered with a non-2xx status (4xx: bad requests such as "
                     "a wrong model name or a prompt too long; 5xx: server failures). Healthy: below 1 %.",
     ),
@@ -50,7 +39,7 @@ now = Row("Service level now", (
         title="Time to first token, p90",
         kind="stat", unit="s", width=4, height=5,
         queries=(Query(overall(0.9, TTFT), "p90"),),
-        thresholds=TTFT_LEVELS,
+        thresholds=T.TTFT,
         description="9 in 10 requests got their first token within this time (server side: queueing and "
                     "prefill). Healthy: below 1 s for interactive use.",
     ),
@@ -58,7 +47,7 @@ now = Row("Service level now", (
         title="Time between tokens, p90",
         kind="stat", unit="s", width=4, height=5,
         queries=(Query(overall(0.9, ITL), "p90"),),
-        thresholds=ITL_LEVELS,
+        thresholds=T.ITL,
         description="Inter-token latency while streaming, 90th percentile. Healthy: below 100 ms (faster "
                     "than people read).",
     ),
@@ -66,7 +55,7 @@ now = Row("Service level now", (
         title="End-to-end latency, p90",
         kind="stat", unit="s", width=4, height=5,
         queries=(Query(overall(0.9, E2E), "p90"),),
-        thresholds=E2E_LEVELS,
+        thresholds=T.E2E_LATENCY,
         description="Whole-request time inside vLLM, 90th percentile. Healthy: well below 10 s for chat-length "
                     "outputs; the articles alert above 15 s.",
     ),
@@ -74,7 +63,7 @@ now = Row("Service level now", (
         title="KV cache usage, fullest engine",
         kind="stat", unit="percentunit", width=4, height=5, min=0, max=1,
         queries=(Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache"),),
-        thresholds=KV_LEVELS,
+        thresholds=T.KV_CACHE,
         description="Share of the KV-cache blocks in use. Healthy: high under load is expected; near 100 % "
                     "with preemptions means requests are being recomputed.",
     ),
@@ -85,7 +74,7 @@ latency = Row("Latency", (
         title="Time to first token",
         unit="s", width=12,
         queries=percentiles(TTFT),
-        thresholds=TTFT_LEVELS,
+        thresholds=T.TTFT,
         description="p50 / p90 / p99 from vLLM's histogram: queueing plus prefill. Healthy: p90 below 1 s; "
                     "a rising p99 with a flat p50 means requests wait in the queue.",
     ),
@@ -93,7 +82,7 @@ latency = Row("Latency", (
         title="Time between tokens (inter-token latency)",
         unit="s", width=12,
         queries=percentiles(ITL),
-        thresholds=ITL_LEVELS,
+        thresholds=T.ITL,
         description="p50 / p90 / p99 of the gap between streamed tokens. Healthy: flat and below 100 ms; "
                     "it grows with batch size and with long prefills sharing the batch.",
     ),
@@ -101,15 +90,15 @@ latency = Row("Latency", (
         title="End-to-end request latency",
         unit="s", width=12,
         queries=percentiles(E2E),
-        thresholds=E2E_LEVELS,
+        thresholds=T.E2E_LATENCY,
         description="p50 / p90 / p99 of the whole request inside vLLM; it depends on output length. Healthy: "
                     "flat at steady traffic; the articles alert above 15 s.",
     ),
     Panel(
         title="Time waiting in the queue",
         unit="s", width=12,
-        queries=tuple(Query(quantile(q, QUEUE), f"p{int(q * 100)} {{{{model_name}}}}") for q in (0.5, 0.9)),
-        thresholds=TTFT_LEVELS,
+        queries=percentiles(QUEUE, (0.5, 0.9)),
+        thresholds=T.TTFT,
         description="Time requests spent waiting before vLLM scheduled them. Healthy: near 0; growth means "
                     "more concurrent requests than max-num-seqs or than the KV cache holds.",
     ),
@@ -139,10 +128,8 @@ throughput = Row("Throughput", (
         title="Prompt and output length per request, p50 and p90",
         unit="short", width=8,
         queries=(
-            Query(quantile(0.5, "vllm:request_prompt_tokens"), "prompt p50 {{model_name}}"),
-            Query(quantile(0.9, "vllm:request_prompt_tokens"), "prompt p90 {{model_name}}"),
-            Query(quantile(0.5, "vllm:request_generation_tokens"), "output p50 {{model_name}}"),
-            Query(quantile(0.9, "vllm:request_generation_tokens"), "output p90 {{model_name}}"),
+            *percentiles("vllm:request_prompt_tokens", (0.5, 0.9), prefix="prompt "),
+            *percentiles("vllm:request_generation_tokens", (0.5, 0.9), prefix="output "),
         ),
         base_colour=NEUTRAL,
         description="Tokens per request, from vLLM's histograms: the workload's shape, which explains "
@@ -155,10 +142,7 @@ scheduler = Row("Scheduler and KV cache", (
     Panel(
         title="Requests running and waiting",
         unit="short", width=6,
-        queries=(
-            Query(f"sum(vllm:num_requests_running{{{VLLM}}})", "running"),
-            Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", "waiting"),
-        ),
+        queries=running_and_waiting(),
         base_colour=NEUTRAL,
         description="Requests in the running batch and in the queue. Healthy: waiting near 0; a queue "
                     "that keeps growing means the server is saturated.",
@@ -167,7 +151,7 @@ scheduler = Row("Scheduler and KV cache", (
         title="KV cache usage",
         unit="percentunit", width=6, min=0, max=1,
         queries=(Query(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "{{model_name}} engine {{engine}}"),),
-        thresholds=KV_LEVELS,
+        thresholds=T.KV_CACHE,
         description="Share of KV-cache blocks in use (vllm:kv_cache_usage_perc; the old "
                     "gpu_cache_usage_perc is gone). Healthy: high under load is fine while preemptions stay at 0.",
     ),
@@ -175,7 +159,7 @@ scheduler = Row("Scheduler and KV cache", (
         title="Preemptions per second",
         unit="ops", width=6,
         queries=(Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s"),),
-        thresholds=((0.01, WARN), (1, BAD)),
+        thresholds=T.PREEMPTIONS_PER_S,
         description="Requests evicted from the KV cache and recomputed later. Healthy: 0; sustained "
                     "preemptions mean the cache is too small for the concurrency.",
     ),
@@ -195,9 +179,8 @@ errors = Row("Errors", (
     Panel(
         title="Failed API calls by status",
         unit="reqps", width=8,
-        queries=(Query(f'sum by (status, handler) (rate(http_requests_total{{{API}, status!="2xx"}}[$__rate_interval]))',
-                       "{{status}} {{handler}}"),),
-        thresholds=((0.01, WARN),),
+        queries=(Query(failed_api_calls("status, handler"), "{{status}} {{handler}}"),),
+        thresholds=T.FAILURES_PER_S,
         description="Non-2xx answers of the OpenAI API per second. Healthy: none. 4xx: client mistakes "
                     "(model name, prompt too long); 5xx: the server failed.",
     ),
@@ -206,7 +189,7 @@ errors = Row("Errors", (
         unit="reqps", width=8,
         queries=(Query(f'sum by (finished_reason) (rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
                        "{{finished_reason}}"),),
-        thresholds=((0.01, WARN),),
+        thresholds=T.FAILURES_PER_S,
         description="Requests vLLM ended without a result: abort (the client disconnected, often after a "
                     "client timeout) or error. Healthy: 0.",
     ),
@@ -214,7 +197,7 @@ errors = Row("Errors", (
         title="Requests rejected at admission",
         unit="reqps", width=8,
         queries=(Query(f"sum by (reason) ({rate('vllm:admission_rejections_total')})", "{{reason}}"),),
-        thresholds=((0.01, WARN),),
+        thresholds=T.FAILURES_PER_S,
         description="Requests refused because a queue limit was reached. Healthy: 0; otherwise add "
                     "capacity or shed load upstream.",
     ),
