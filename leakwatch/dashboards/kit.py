@@ -73,6 +73,8 @@ class Panel:
     # ((from, to, text), ...): range value mappings, e.g. "not growing" for a capped forecast.
     ranges: tuple[tuple[float, float, str], ...] = ()
     stacked: bool = False
+    # Shown instead of "No data" where an empty panel is a normal state, not a fault.
+    no_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,8 @@ def _common(builder, panel: Panel, panel_id: int, pos: model.GridPos):
         builder = builder.max(panel.max)
     if panel.decimals is not None:
         builder = builder.decimals(panel.decimals)
+    if panel.no_value:
+        builder = builder.no_value(panel.no_value)
     if panel.ranges:
         builder = builder.mappings([
             model.RangeMap(options=model.DashboardRangeMapOptions(

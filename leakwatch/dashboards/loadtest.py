@@ -131,13 +131,13 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
                     "batches.",
     )),
     ("Errors", Panel(
-        title="Failed requests by class (client)",
-        unit="reqps",
-        queries=(Query(f'sum by (outcome) (rate({LOADGEN}_requests_total{{outcome!~"ok|cancelled"}}[$__rate_interval]))',
-                       "client {{outcome}}"),),
-        thresholds=T.FAILURES_PER_S,
-        description="Requests the load generator counted as failed, by class (HTTP status, timeout, stream "
-                    "cut). Healthy: none; failures the server does not show are network or client trouble.",
+        title="Request outcomes (client)",
+        unit="reqps", stacked=True,
+        queries=(Query(f"sum by (outcome) (rate({LOADGEN}_requests_total[$__rate_interval]))", "client {{outcome}}"),),
+        base_colour=NEUTRAL,
+        description="Requests the load generator finished per second by outcome: ok, cancelled (users "
+                    "stopped mid-stream at ramp-down) or a failure class (HTTP status, timeout, stream cut). "
+                    "Healthy: ok only; failures the server does not show are network or client trouble.",
     ), Panel(
         title="Failed API calls (server)",
         unit="reqps",

@@ -45,6 +45,7 @@ at_a_glance = Row("Is memory leaking?", (
         title="Host memory growth per request (worst vLLM process role)",
         kind="stat", unit="bytes", width=4, height=5,
         queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
+        no_value="no baseline yet",
         thresholds=T.GROWTH_PER_REQUEST,
         description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
                     "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
@@ -133,9 +134,10 @@ gpu_memory = Row("GPU memory, per card and per vLLM process", (
         title="VRAM retention after bursts",
         unit="percentunit", width=8, gpu=True, min=0, max=1,
         queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=T.RETENTION,
+        thresholds=T.RETENTION, no_value="no burst measured yet",
         description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
-                    "is idle again (the articles' vram_retention_ratio). Healthy: below 30 %.",
+                    "is idle again (the articles' vram_retention_ratio); measured after a burst that gained "
+                    "memory. Healthy: below 30 %.",
     ),
 ))
 
@@ -185,8 +187,9 @@ host_memory = Row("Host memory, per vLLM process role", (
         title="Host memory retention after bursts, per role",
         unit="percentunit", width=8, min=0, max=1,
         queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
-        thresholds=T.RETENTION,
-        description="Share of the host memory gained during the last burst still held once vLLM is idle. "
+        thresholds=T.RETENTION, no_value="no burst measured yet",
+        description="Share of the host memory gained during the last burst still held once vLLM is idle; "
+                    "measured once a burst has gained a few MiB and vLLM then stayed idle for a while. "
                     "Healthy: below 30 %.",
     ),
     Panel(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -21,36 +22,68 @@ BOARDS = boards()
 CPU_PANELS = [(b, p) for b in BOARDS for p in b.panels() if not p.gpu]
 GPU_PANELS = [(b, p) for b in BOARDS for p in b.panels() if p.gpu]
 EXPORTER = set(exporter_metrics())
-# Sent twice, so the second time its prefix is served from vLLM's prefix cache.
 PROMPT = "The lighthouse keeper counted the ships that passed each night, and wrote their names " * 4
+# The memory exporter's defaults: a baseline after 10 requests, a retention ratio once a burst gained
+# 8 MiB and vLLM then stayed idle for 30 s.
+WARMUP_REQUESTS = 10
 
 
-def _complete(stack, model: str, stream: bool, tokens: int = 24) -> requests.Response:
-    resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=120, stream=stream,
-                         json={"model": model, "prompt": PROMPT, "max_tokens": tokens, "stream": stream})
+def _complete(stack, model: str, stream: bool, tokens: int = 24, prompt: str = PROMPT) -> int:
+    resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=300, stream=stream,
+                         json={"model": model, "prompt": prompt, "max_tokens": tokens, "stream": stream})
     if stream:
         for _ in resp.iter_lines():
             pass
-    return resp
+    return resp.status_code
+
+
+def _burst(stack, model: str, requests_n: int = 128, concurrency: int = 64) -> None:
+    """Concurrent streams, enough for vLLM's memory to rise and fall like a real burst."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        codes = set(pool.map(lambda i: _complete(stack, model, True, 128, f"burst {i} " + PROMPT), range(requests_n)))
+    assert codes == {200}
+
+
+def _locust_run(stack, out_dir) -> None:
+    """A short real Locust run (high-concurrency shape) that registers its exporter with the stack's
+    Prometheus; long enough for several scrapes, so the client side has rates."""
+    from tests.loadgen.locust_run import run_locust  # the load generator's own test helper
+
+    run = run_locust(out_dir, stack.vllm_url, "--load-shape", "high-concurrency", "--streams", "32",
+                     "--ramp-step", "16", "--step-duration", "5s", "--hold", "60s", "--max-output-tokens", "64",
+                     "--corpus-size", "8", "--stop-timeout", "20", timeout=400)
+    assert run.returncode == 0, run.output[-3000:]
 
 
 @pytest.fixture(scope="module")
-def traffic(native_stack):
-    """Sends ordinary traffic after Prometheus has scraped vLLM (so rates see it as an increase),
-    plus two calls with a wrong model name (the failed-calls panels), and waits until Prometheus has
-    scraped the result. Returns the time the dashboards are evaluated at."""
+def traffic(native_stack, metric_catalogue, tmp_path_factory):
+    """Traffic in the order a real day brings it, after Prometheus has scraped vLLM once (so rates
+    see it as an increase): two calls with a wrong model name (the failed-calls panels), warm-up
+    requests, then load: a real Locust run where the load generator exists, concurrent streams
+    otherwise. Returns the time the dashboards are evaluated at.
+
+    What runs decides what must have data: the memory exporter's panels once a target serves its
+    series (then also wait for its baseline and a retention ratio), the load generator's panels
+    once config/metrics/loadgen.csv exists."""
     prom = native_stack.prometheus
     model = native_stack.model
-    selector = f'vllm:request_success_total{{model_name="{model}"}}'
-    before = prom.wait_for(f"sum({selector})", timeout=180)
-    done = float(before[0]["value"][1])
-    sent = 12
-    for i in range(sent):
-        assert _complete(native_stack, model, stream=i % 2 == 1).status_code == 200
+    served = f'sum(vllm:request_success_total{{model_name="{model}"}})'
+    prom.wait_for(served, timeout=180)
     for _ in range(2):
-        assert _complete(native_stack, "no-such-model", stream=False).status_code == 404
-    prom.wait_for(f"sum({selector}) >= {done + sent}", timeout=120)
+        assert _complete(native_stack, "no-such-model", stream=False) == 404
     prom.wait_for('sum(http_requests_total{status="4xx"}) >= 2', timeout=120)
+    for i in range(WARMUP_REQUESTS):
+        assert _complete(native_stack, model, stream=i % 2 == 1) == 200
+    if exporter_running(metric_catalogue):
+        prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=240)
+    before = float(prom.query(served)[0]["value"][1])
+    if loadgen_series() is not None:
+        _locust_run(native_stack, tmp_path_factory.mktemp("locust"))
+    else:
+        _burst(native_stack, model)
+    prom.wait_for(f"{served} >= {before + 32}", timeout=120)
+    if exporter_running(metric_catalogue):
+        prom.wait_for("count(leakwatch_host_memory_retention_ratio) > 0", timeout=240)
     # One more scrape of every target, so each series has a sample after the traffic.
     time.sleep(scrape_interval_s() + 1)
     return time.time()
