@@ -24,7 +24,7 @@ FIRING_ALERTS = Annotation(
     name="Firing alerts",
     expr='ALERTS{alertstate="firing"}',
     title_format="{{alertname}}",
-    text_format="{{severity}}: {{alertname}} {{role}}{{gpu}} on {{instance}}",
+    text_format="{{severity}}: {{alertname}}",
     tag_keys="alertname,severity",
     colour="red",
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..promapi import Prometheus, PrometheusError
 from ..settings import load as load_settings
@@ -28,6 +28,12 @@ class QueryResult:
     series: int = 0
     finite_points: int = 0
     error: str | None = None
+    labels: list[dict] = field(default_factory=list)  # of each series returned
+
+    def legend_gaps(self, legend: str) -> list[str]:
+        """Labels the legend names that a returned series lacks: Grafana would print the name."""
+        wanted = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
+        return sorted({name for labels in self.labels for name in wanted if not labels.get(name)})
 
     @property
     def has_data(self) -> bool:
@@ -82,6 +88,7 @@ def run_panel(prom: Prometheus, board: Board, panel: Panel, values: dict[str, st
             result.error = str(exc)
         else:
             result.series = len(data)
+            result.labels = [series.get("metric", {}) for series in data]
             result.finite_points = sum(
                 1 for series in data for _, value in series.get("values", []) if math.isfinite(float(value))
             )

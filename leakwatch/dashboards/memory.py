@@ -7,7 +7,7 @@ from . import thresholds as T
 from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS
 from .kit import Annotation, Board, Panel, Query, Row, Variable
 from .thresholds import BAD, NEUTRAL, OK, WARN
-from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS
+from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
 
 GPU_VARIABLE = Variable(
     name="gpu",
@@ -109,7 +109,7 @@ gpu_memory = Row("GPU memory, per card and per vLLM process", (
     Panel(
         title="GPU memory per vLLM process",
         unit="bytes", width=12, gpu=True, stacked=True,
-        queries=(Query(f"leakwatch_gpu_process_memory_bytes{{{GPU}}}", "GPU {{gpu}} {{role}} {{rank}}"),),
+        queries=(Query(per_process(f"leakwatch_gpu_process_memory_bytes{{{GPU}}}"), "GPU {{gpu}} {{process}}"),),
         base_colour=NEUTRAL,
         description="GPU memory held by each vLLM process (NVML), stacked per card: tells which process "
                     "holds memory that DCGM only reports per card. Healthy: flat after warm-up.",
@@ -145,7 +145,7 @@ host_memory = Row("Host memory, per vLLM process role", (
     Panel(
         title="Resident memory (RSS) per vLLM process role",
         unit="bytes", width=8,
-        queries=(Query("leakwatch_process_resident_memory_bytes", "{{role}} {{rank}}"),),
+        queries=(Query(per_process("leakwatch_process_resident_memory_bytes"), "{{process}}"),),
         base_colour=NEUTRAL,
         description="RSS of the API server, EngineCore and each worker (vLLM's own process_* metrics only "
                     "cover the API server). Healthy: flat after warm-up; real leaks often grow in "
@@ -154,7 +154,7 @@ host_memory = Row("Host memory, per vLLM process role", (
     Panel(
         title="Swap used per vLLM process role",
         unit="bytes", width=8,
-        queries=(Query("leakwatch_process_swap_bytes", "{{role}} {{rank}}"),),
+        queries=(Query(per_process("leakwatch_process_swap_bytes"), "{{process}}"),),
         base_colour=NEUTRAL,
         description="Pages of vLLM's processes pushed to swap. Healthy: 0 or flat. Swap growing while RSS "
                     "looks flat is a leak hiding in swap.",

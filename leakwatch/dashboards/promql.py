@@ -39,6 +39,12 @@ def quantile(q: float, histogram: str, by: str = "model_name", selector: str = V
     return f"histogram_quantile({q}, sum by ({group}) ({rate(histogram + '_bucket', selector)}))"
 
 
+def per_process(selector: str) -> str:
+    """Series labelled role and rank, with a `process` label such as "worker 0" for legends: rank is
+    empty (so absent) outside the workers, and Grafana prints a missing label's name."""
+    return f'label_join({selector}, "process", " ", "role", "rank")'
+
+
 def ratio(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator})"
 

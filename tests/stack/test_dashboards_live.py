@@ -134,8 +134,9 @@ def test_gpu_panels_are_listed_and_are_the_only_ones_excluded():
 def test_panel_has_data_over_the_default_range(board, panel, native_stack, traffic, variables, metric_catalogue):
     values = variable_values(variables[board.uid])
     results = run_panel(native_stack.prometheus, board, panel, values, traffic)
-    for result in results:
+    for query, result in zip(panel.queries, results):
         assert result.error is None, f"{result.ref_id}: {result.error}\n{result.expr}"
+        assert result.legend_gaps(query.legend) == [], f"{result.ref_id}: legend {query.legend!r} on {result.labels}"
         if result.has_data:
             continue
         if metric_names(result.expr) & EXPORTER and not exporter_running(metric_catalogue):
