@@ -198,3 +198,17 @@ def test_cli_validate(tmp_path, capsys):
     assert "unit 'bytez'" in out and "not JSON" in out
     assert main(["dashboards", "validate", str(tmp_path / "missing.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_recorded_and_gpu_only_names(tmp_path):
+    from leakwatch.catalogue import recorded_names
+
+    (tmp_path / "a.yml").write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
+        {"record": "leakwatch:host_growth:rate1h", "expr": "deriv(x[1h])"},
+        {"alert": "X", "expr": "up == 0"},
+    ]}]}))
+    (tmp_path / "empty.yml").write_text("")
+    assert recorded_names(tmp_path) == {"leakwatch:host_growth:rate1h"}
+    gpu = gpu_only_names()
+    assert {"DCGM_FI_DEV_FB_USED", "leakwatch_gpu_memory_used_bytes", "leakwatch_vram_retention_ratio"} <= gpu
+    assert not {"leakwatch_gpu_available", "leakwatch_process_resident_memory_bytes"} & gpu
