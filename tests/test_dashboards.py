@@ -212,3 +212,9 @@ def test_recorded_and_gpu_only_names(tmp_path):
     gpu = gpu_only_names()
     assert {"DCGM_FI_DEV_FB_USED", "leakwatch_gpu_memory_used_bytes", "leakwatch_vram_retention_ratio"} <= gpu
     assert not {"leakwatch_gpu_available", "leakwatch_process_resident_memory_bytes"} & gpu
+
+
+def test_event_panels_are_the_retention_ratios():
+    # The end-to-end test lets these be empty until their event happened; keep the list short.
+    events = {p.title for b in BOARDS for p in b.panels() if p.event}
+    assert events == {"VRAM retention after bursts", "Host memory retention after bursts, per role"}

@@ -25,6 +25,8 @@ BASELINE_TAKEN = Annotation(
     colour="blue",
 )
 
+# The exporter computes a retention ratio once a burst has raised memory and vLLM has been idle again.
+BURST = "a burst of requests that raised memory, then a quiet spell"
 NOT_GROWING = ((FORECAST_CAP_S, FORECAST_CAP_S * 1000, "not growing"),)
 
 HOST_MEMORY = "leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes"
@@ -134,7 +136,7 @@ gpu_memory = Row("GPU memory, per card and per vLLM process", (
         title="VRAM retention after bursts",
         unit="percentunit", width=8, gpu=True, min=0, max=1,
         queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=T.RETENTION, no_value="no burst measured yet",
+        thresholds=T.RETENTION, event=BURST,
         description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
                     "is idle again (the articles' vram_retention_ratio); measured after a burst that gained "
                     "memory. Healthy: below 30 %.",
@@ -187,7 +189,7 @@ host_memory = Row("Host memory, per vLLM process role", (
         title="Host memory retention after bursts, per role",
         unit="percentunit", width=8, min=0, max=1,
         queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
-        thresholds=T.RETENTION, no_value="no burst measured yet",
+        thresholds=T.RETENTION, event=BURST,
         description="Share of the host memory gained during the last burst still held once vLLM is idle; "
                     "measured once a burst has gained a few MiB and vLLM then stayed idle for a while. "
                     "Healthy: below 30 %.",
