@@ -52,7 +52,12 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 
 # Each benchmark prints one summary line; `make bench` runs them all.
 BENCHES :=
+BENCHES += bench-convert
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
+
+.PHONY: bench-convert
+bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
+	@$(PY) benchmarks/convert_xglm.py
