@@ -46,6 +46,7 @@ generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.ym
 
 lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@$(LEAKWATCH) generate --check
+	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
 	@amtool check-config alertmanager/alertmanager.yml
 

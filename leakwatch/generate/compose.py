@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import __version__
 from .. import profiles as model_profiles
+from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..settings import StackSettings, load as load_settings
 from ..exporter.server import HEALTH_PATH
 from ..topology import COMPOSE_HOSTS, compose_jobs
@@ -202,8 +203,8 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 "GF_SERVER_HTTP_PORT": str(grafana_port),
             },
             "volumes": [
-                "./grafana/provisioning:/etc/grafana/provisioning:ro",
-                "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+                f"./grafana/provisioning:{PROVISIONING_PATH}:ro",
+                f"./grafana/dashboards:{DASHBOARDS_PATH}:ro",
                 "grafana-data:/var/lib/grafana",
             ],
             "ports": [_port(settings, "grafana")],
