@@ -46,6 +46,7 @@ generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.ym
 
 lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@$(LEAKWATCH) generate --check
+	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
 	@promtool check rules prometheus/rules/*.yml prometheus/reference/*.yml
 	@promtool test rules prometheus/tests/*.test.yml
@@ -53,12 +54,22 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 
 # Each benchmark prints one summary line; `make bench` runs them all.
 BENCHES :=
+BENCHES += bench-convert
+BENCHES += bench-exporter
+BENCHES += bench-detection
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
 
-BENCHES += bench-detection
+.PHONY: bench-convert
+bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
+	@$(PY) benchmarks/convert_xglm.py
+
+.PHONY: bench-exporter
+bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
+	@$(PY) benchmarks/exporter.py
+
 .PHONY: bench-detection
 bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
-	@$(PY) -m leakwatch.backtest.bench
+	@$(PY) benchmarks/detection.py

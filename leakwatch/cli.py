@@ -13,6 +13,10 @@ COMMANDS = {
     "stack": ("leakwatch.stack", "start, stop and inspect the serving + observability stack"),
     "generate": ("leakwatch.generate.command", "write (or --check) the files generated from config/"),
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
+    "plan": ("leakwatch.plan", "capacity of a model profile: weights, KV cache, concurrent sequences"),
+    "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
+    "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
+    "dashboards": ("leakwatch.dashboards.command", "validate the Grafana dashboards or check their queries against a Prometheus"),
     "backtest": ("leakwatch.backtest.command", "evaluate alert rules over a multi-day history (would they have caught it?)"),
 }
 

@@ -28,6 +28,7 @@ runner renders its own copy with the healer on 127.0.0.1. docs/runbook.md explai
 
 def outputs() -> dict[Path, Callable[[], str]]:
     """Generated file -> function returning its exact content."""
+    from ..dashboards.files import generated_files as grafana_files  # needs grafana-foundation-sdk
     from ..rules import rule_file_texts
 
     files = {
@@ -35,6 +36,7 @@ def outputs() -> dict[Path, Callable[[], str]]:
         PROMETHEUS_DIR / "prometheus.yml": lambda: yamlfmt.dump(compose_prometheus_config(), PROMETHEUS_HEADER),
         ALERTMANAGER_DIR / "alertmanager.yml": lambda: yamlfmt.dump(
             compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER),
+        **grafana_files(),
     }
     for name in rule_file_texts():
         files[RULES_DIR / name] = lambda name=name: rule_file_texts()[name]

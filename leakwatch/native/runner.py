@@ -242,6 +242,7 @@ class NativeStack:
             "prometheus": f"http://{host}:{p.get('prometheus')}",
             "alertmanager": f"http://{host}:{p.get('alertmanager')}",
             "node_exporter": f"http://{host}:{p.get('node_exporter')}/metrics",
+            "leakwatch_exporter": f"http://{host}:{p.get('leakwatch_exporter')}/metrics",
         }
 
     def _print_urls(self, profile, out) -> None:
@@ -252,6 +253,7 @@ class NativeStack:
             f"  Prometheus        {u['prometheus']}  (alerts: {u['prometheus']}/alerts)\n"
             f"  Alertmanager      {u['alertmanager']}\n"
             f"  node exporter     {u['node_exporter']}\n"
+            f"  memory exporter   {u['leakwatch_exporter']}\n"
             f"  Grafana           not run natively (no Grafana package here); use STACK=compose on a Docker host,\n"
             f"                    or import grafana/dashboards/*.json into your Grafana\n"
             f"  logs              {self.layout.logs}  (make logs)\n"

@@ -29,7 +29,7 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 VLLM = {"instance": "vllm:8000", "job": "vllm"}
 NODE = {"instance": "node-exporter:9100", "job": "node"}
 DCGM = {"instance": "dcgm-exporter:9400", "job": "dcgm"}
-EXPORTER = {"instance": "leakwatch-exporter:9405", "job": "leakwatch-exporter"}
+EXPORTER = {"instance": "leakwatch-exporter:9405", "job": "leakwatch"}
 HOSTNAME = "gpu-host"
 # The first and the tenth long request after a start set new records for the allocator's segments.
 RECORD_LONG_REQUESTS = (1, 10)
