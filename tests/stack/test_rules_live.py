@@ -81,6 +81,12 @@ def test_prometheus_loads_and_evaluates_every_rule_without_errors(native_stack):
     assert not bad, bad
     failures = prom.query("sum(prometheus_rule_evaluation_failures_total)")
     assert failures and float(failures[0]["value"][1]) == 0
+    # The recording rules produce data from the real exporters: the joins match their labels
+    # (request counts need two scrapes of vLLM first).
+    has_roles = lambda result: {"api_server", "engine_core"} <= {r["metric"].get("role") for r in result}
+    prom.wait_for("leakwatch:process_memory_bytes", predicate=has_roles, timeout=120)
+    prom.wait_for("leakwatch:host_memory_available_bytes", timeout=120)
+    prom.wait_for("leakwatch:vllm_requests:increase30m", timeout=120)
 
 
 def test_idle_stack_fires_only_the_watchdog_and_alertmanager_receives_it(native_stack):
