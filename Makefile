@@ -48,12 +48,15 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@$(LEAKWATCH) generate --check
 	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
+	@promtool check rules prometheus/rules/*.yml prometheus/reference/*.yml
+	@promtool test rules prometheus/tests/*.test.yml
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
 BENCHES :=
 BENCHES += bench-convert
 BENCHES += bench-exporter
+BENCHES += bench-detection
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -66,3 +69,7 @@ bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, besi
 .PHONY: bench-exporter
 bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
 	@$(PY) benchmarks/exporter.py
+
+.PHONY: bench-detection
+bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
+	@$(PY) benchmarks/detection.py

@@ -17,6 +17,7 @@ COMMANDS = {
     "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
     "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
     "dashboards": ("leakwatch.dashboards.command", "validate the Grafana dashboards or check their queries against a Prometheus"),
+    "backtest": ("leakwatch.backtest.command", "evaluate alert rules over a multi-day history (would they have caught it?)"),
 }
 
 

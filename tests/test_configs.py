@@ -37,3 +37,27 @@ def test_promtool_rejects_a_broken_config(tmp_path):
     bad = tmp_path / "prometheus.yml"
     bad.write_text("scrape_configs:\n  - job_name: x\n    scrape_interval: often\n")
     assert run("promtool", "check", "config", str(bad)).returncode != 0
+
+
+def test_native_alertmanager_config_passes_amtool_and_keeps_its_token_private(tmp_path):
+    stack = NativeStack(StateLayout(tmp_path))
+    stack.layout.make_dirs()
+    stack._render_configs([])
+    rendered = stack.layout.conf / "alertmanager.yml"
+    result = run("amtool", "check-config", str(rendered))
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = rendered.read_text()
+    assert f"credentials_file: {stack.layout.healer_token}" in text
+    assert "url: http://127.0.0.1:" in text and "/alerts" in text
+    token = stack.layout.healer_token
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text().strip()) == 64
+    # A second start keeps the token the healer already knows.
+    before = token.read_text()
+    stack._render_configs([])
+    assert token.read_text() == before
+
+
+def test_amtool_rejects_a_broken_config(tmp_path):
+    bad = tmp_path / "alertmanager.yml"
+    bad.write_text("route:\n  receiver: nobody\nreceivers:\n  - name: default\n")
+    assert run("amtool", "check-config", str(bad)).returncode != 0

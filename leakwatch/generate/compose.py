@@ -13,6 +13,7 @@ from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..settings import StackSettings, load as load_settings
 from ..exporter.server import HEALTH_PATH
 from ..topology import COMPOSE_HOSTS, compose_jobs
+from .alertmanager_config import COMPOSE_HEALER_TOKEN_ENV
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -180,6 +181,8 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 "--cluster.listen-address=",  # a single instance: no gossip port
             ],
             "volumes": ["./alertmanager:/etc/alertmanager:ro", "alertmanager-data:/alertmanager"],
+            # The healer's bearer token for the remediation webhook (alertmanager.yml reads the file).
+            "secrets": ["healer_token"],
             "ports": [_port(settings, "alertmanager")],
             "healthcheck": _http_check(f"http://localhost:{am_port}/-/ready"),
             "restart": "unless-stopped",
@@ -231,6 +234,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     return {
         "name": "leakwatch",
         "services": services,
+        "secrets": {"healer_token": {"environment": COMPOSE_HEALER_TOKEN_ENV}},
         "volumes": {
             name: {}
             for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "models", "leakwatch-state")

@@ -49,6 +49,11 @@ class StateLayout:
         """What `up` started (model, ports), read by status/down and by other tools."""
         return self.root / "stack.json"
 
+    @property
+    def healer_token(self) -> Path:
+        """The bearer token Alertmanager sends to the healer (created by `stack up`, mode 0600)."""
+        return self.root / "secrets" / "healer-token"
+
     def log(self, program: str) -> Path:
         return self.logs / f"{program}.log"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import profiles as model_profiles
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
-from ..paths import RULES_DIR, ALERTMANAGER_DIR
+from ..paths import RULES_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
 
@@ -149,7 +149,3 @@ def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
 
 def rules_glob() -> str:
     return str(RULES_DIR / "*.yml")
-
-
-def alertmanager_source() -> Path:
-    return ALERTMANAGER_DIR / "alertmanager.yml"

@@ -1,0 +1,10 @@
+"""`make bench-detection`: time to first alert per leak scenario for the articles' rules and ours,
+and the alerts 30 healthy days raise. The work is in leakwatch/backtest/bench.py (also run, shortened,
+by tests/test_bench_detection.py); the last line reads
+`detection: article_a_vllm_min=N slow_leak_min=N worker_rss_min=N healthy_false_alerts=N`.
+"""
+
+from leakwatch.backtest.bench import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

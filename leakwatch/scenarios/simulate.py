@@ -1,0 +1,532 @@
+"""Turns a Scenario into the samples Prometheus would have scraped: vLLM's /metrics, DCGM, node
+exporter and `leakwatch exporter` (computed the way the exporter's contract describes: baseline after
+warm-up, growth, growth per request, retention after each burst), one scrape per tick.
+
+Deterministic for a scenario's seed. vLLM's own series vanish while it restarts (Prometheus sees
+`up == 0`), its counters restart from zero, and the exporter re-takes its baseline.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .model import GIB, MIB, ROLES, Scenario
+
+# vLLM 0.32's histogram boundaries (vllm/v1/metrics/buckets.py; a test compares them).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+VLLM = {"instance": "vllm:8000", "job": "vllm"}
+NODE = {"instance": "node-exporter:9100", "job": "node"}
+DCGM = {"instance": "dcgm-exporter:9400", "job": "dcgm"}
+EXPORTER = {"instance": "leakwatch-exporter:9405", "job": "leakwatch"}
+HOSTNAME = "gpu-host"
+# The first and the tenth long request after a start set new records for the allocator's segments.
+RECORD_LONG_REQUESTS = (1, 10)
+SAMPLE_CAP = 64          # per tick, latencies of at most this many requests are drawn; counts are scaled
+
+
+class Sink(Protocol):
+    def tick(self, ts: float, samples: list[tuple[str, float]]) -> None: ...
+
+
+@dataclass
+class SimulationResult:
+    name: str
+    start: float
+    end: float
+    resolution_s: float
+    leak_start: float | None = None          # first tick at which a leak retained memory
+    events: list[tuple[float, str]] = field(default_factory=list)
+    gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
+    gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)   # card 0, each tick
+
+
+_series_cache: dict = {}
+_HISTOGRAM_TEXTS: dict = {}
+
+
+def series(name: str, labels: dict) -> str:
+    key = (name, tuple(labels.items()))
+    text = _series_cache.get(key)
+    if text is None:
+        body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        text = f"{name}{{{body}}}" if body else name
+        _series_cache[key] = text
+    return text
+
+
+def poisson(rng: random.Random, lam: float) -> int:
+    if lam <= 0:
+        return 0
+    if lam > 30:
+        return max(0, int(round(rng.gauss(lam, math.sqrt(lam)))))
+    limit, k, p = math.exp(-lam), 0, rng.random()
+    while p > limit:
+        k += 1
+        p *= rng.random()
+    return k
+
+
+class Histogram:
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts = [0.0] * (len(self.bounds) + 1)    # cumulative at output time; +Inf last
+        self.total = 0.0
+
+    def observe(self, values: list[float], weight: float = 1.0) -> None:
+        for v in values:
+            for i, b in enumerate(self.bounds):
+                if v <= b:
+                    self.counts[i] += weight
+                    break
+            else:
+                self.counts[-1] += weight
+            self.total += v * weight
+
+    def samples(self, name: str, labels: dict) -> list[tuple[str, float]]:
+        cache_key = (name, tuple(labels.items()))
+        texts = _HISTOGRAM_TEXTS.get(cache_key)
+        if texts is None:
+            les = [repr(float(b)) for b in self.bounds] + ["+Inf"]
+            texts = [series(f"{name}_bucket", {**labels, "le": le}) for le in les]
+            texts += [series(f"{name}_sum", labels), series(f"{name}_count", labels)]
+            _HISTOGRAM_TEXTS[cache_key] = texts
+        out, running = [], 0.0
+        for text, c in zip(texts, self.counts):
+            running += c
+            out.append((text, round(running)))
+        out.append((texts[-2], round(self.total, 3)))
+        out.append((texts[-1], round(running)))
+        return out
+
+
+@dataclass
+class _Process:
+    """One vLLM process (per role and rank): its memory parts."""
+
+    role: str
+    rank: str
+    base: float
+    offset: float = 0.0          # allocator/heap wander (bytes)
+    plateau: float = 0.0
+    leak_hot: float = 0.0        # leaked and still resident
+    swap: float = 0.0            # leaked and swapped out
+
+
+class Simulator:
+    def __init__(self, scenario: Scenario, resolution_s: float = 60.0):
+        self.sc = scenario
+        self.dt = float(resolution_s)
+        self.rng = random.Random(scenario.seed)
+        midnight = calendar.timegm(time.strptime(scenario.start_date, "%Y-%m-%d"))
+        self.start = midnight + scenario.start_hour * 3600
+        self.end = self.start + scenario.days * 86400
+        self.result = SimulationResult(scenario.name, self.start, self.end, self.dt)
+        self.model_labels = {**VLLM, "engine": "0", "model_name": scenario.model_name}
+        self._labels: dict = {}
+        self._texts: dict = {}
+        self.ranks = [str(i) for i in range(scenario.gpu.count if scenario.gpu else 1)]
+        self.restarts = 0
+        self.preemptions_seen = 0.0
+        self.burst_until = -1.0
+        self.next_burst = self._next_burst(self.start)
+        self.wander_phase = self.rng.uniform(0, 2 * math.pi)
+        self._start_process(self.start, "vLLM starts")
+        self.restarts = 0
+
+    # -- series texts (built once: formatting them is most of the simulation's cost) --------------
+
+    def labels(self, kind: str, *key) -> dict:
+        found = self._labels.get((kind, key))
+        if found is None:
+            if kind == "process":
+                role, rank = key
+                found = {**EXPORTER, "role": role, **({"rank": rank} if rank else {})}
+            elif kind == "role":
+                found = {**EXPORTER, "role": key[0]}
+            elif kind == "exporter_gpu":
+                found = {**EXPORTER, "gpu": str(key[0])}
+            else:
+                i = key[0]
+                found = {**DCGM, "gpu": str(i), "UUID": f"GPU-5f1c2b7e-0000-4000-8000-{i:012d}", "device": f"nvidia{i}",
+                         "modelName": self.sc.gpu.model_name, "Hostname": HOSTNAME}
+            self._labels[(kind, key)] = found
+        return found
+
+    def tx(self, name: str, base: dict, *extra: str) -> str:
+        key = (name, id(base), extra)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = series(name, {**base, **dict(zip(extra[::2], extra[1::2]))})
+        return text
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _start_process(self, t: float, why: str) -> None:
+        sc = self.sc
+        self.result.events.append((t, why))
+        self.process_start = t
+        self.ready_at = t + sc.restart_downtime_s
+        self.restarts += 1
+        self.served = 0                  # requests since this process started
+        self.counters = {reason: 0.0 for reason in FINISHED_REASONS}
+        self.http = {"2xx": 0.0}
+        self.gc = [0.0, 0.0, 0.0]
+        self.preemptions = 0.0
+        self.kv = 0.0
+        self.hist = {
+            "vllm:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
+            "vllm:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
+            "vllm:e2e_request_latency_seconds": Histogram(E2E_BUCKETS),
+        }
+        host = sc.host
+        self.procs = [
+            _Process(role, rank, host.base_rss_bytes[role])
+            for role in ROLES
+            for rank in (self.ranks if role == "worker" else [""])
+        ]
+        self.gpu_offset = [0.0] * len(self.ranks)
+        self.gpu_leaked = [0.0] * len(self.ranks)
+        self.gpu_steps_done = 0
+        self.gpu_warm = False
+        self.long_seen = 0
+        self.baseline = None
+        self.retention = {}
+        self.burst_state = {}
+
+    def _next_burst(self, t: float) -> float:
+        per_day = self.sc.traffic.bursts_per_day
+        return t + self.rng.expovariate(per_day / 86400) if per_day > 0 else math.inf
+
+    # -- traffic ---------------------------------------------------------------------------------
+
+    def _burst_rate(self) -> float:
+        """Requests per second during a burst (each client sends its next request at once)."""
+        tr = self.sc.traffic
+        e2e = tr.ttft_median_s * 2 + (sum(tr.output_tokens) / 2) * tr.itl_median_s
+        return tr.burst_concurrency / e2e
+
+    def _rate(self, t: float) -> float:
+        """Background arrivals per second: the daily total minus what the bursts bring."""
+        tr = self.sc.traffic
+        per_day = tr.requests_per_day - tr.bursts_per_day * tr.burst_minutes * 60 * self._burst_rate()
+        hour = (t % 86400) / 3600
+        return max(0.0, per_day) / 86400 * (1 + tr.diurnal_amplitude * math.cos(2 * math.pi * (hour - tr.peak_hour) / 24))
+
+    # -- one scrape --------------------------------------------------------------------------------
+
+    def run(self, sink: Sink) -> SimulationResult:
+        t = self.start
+        while t < self.end - 1e-9:
+            sink.tick(t, self.step(t))
+            t += self.dt
+        return self.result
+
+    def step(self, t: float) -> list[tuple[str, float]]:
+        sc, rng, dt = self.sc, self.rng, self.dt
+        tr = sc.traffic
+        if sc.daily_restart_hour is not None:
+            boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
+            if t - dt < boundary <= t and t - self.process_start > 3600:
+                self._start_process(t, "planned daily restart")
+        ready = t >= self.ready_at
+        starting_share = 1.0 if ready else max(0.0, (t - self.process_start) / sc.restart_downtime_s)
+
+        # Requests finished during this tick, and what was running at the scrape.
+        n = long = 0
+        running = waiting = 0.0
+        in_burst = False
+        mean_e2e = (sum(tr.output_tokens) / 2) * tr.itl_median_s + tr.ttft_median_s
+        if ready:
+            if t >= self.next_burst:
+                self.burst_until = t + tr.burst_minutes * 60
+                self.next_burst = self._next_burst(t)
+            in_burst = t < self.burst_until
+            lam = self._rate(t) * dt + (self._burst_rate() * dt if in_burst else 0.0)
+            n = poisson(rng, lam)
+            long = sum(1 for _ in range(min(n, 200)) if rng.random() < tr.long_request_share)
+            base_running = poisson(rng, self._rate(t) * mean_e2e)
+            running = base_running + (tr.burst_concurrency if in_burst else 0)
+            waiting = max(0.0, running - sc.max_num_seqs)
+            running = min(running, sc.max_num_seqs)
+        samples: list[tuple[str, float]] = []
+        add = samples.append
+        leak_started = False
+        gpu_used: list[float] = []
+        if sc.gpu:
+            gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
+            leak_started |= leaked
+            if ready and any(u >= sc.gpu.total_mib for u in gpu_used):
+                self.result.events.append((t, "GPU out of memory: vLLM crashes and is restarted"))
+                self._start_process(t, "vLLM restarts after the crash")
+                return self.step(t)
+        if ready:
+            leak_started |= self._host_step(t, n, long)
+        self.long_seen += long
+        noise = sc.noise
+
+        def rss(p: _Process) -> float:
+            if not ready:
+                return p.base * (0.3 + 0.7 * starting_share)
+            uptime = t - self.ready_at
+            warm = noise.host_warmup_mib.get(p.role, 0.0) * MIB * (1 - math.exp(-uptime / noise.host_warmup_tau_s))
+            load = noise.host_per_running_kib.get(p.role, 0.0) * 1024 * running
+            jitter = rng.uniform(-1, 1) * noise.host_jitter_mib * MIB
+            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter
+
+        rss_now = {(p.role, p.rank): rss(p) for p in self.procs}
+        swap_now = {(p.role, p.rank): p.swap for p in self.procs}
+        host = sc.host
+        used_by_vllm = sum(rss_now.values())
+        swapped = sum(swap_now.values())
+        wander = 256 * MIB * math.sin(2 * math.pi * (t - self.start) / 86400 + self.wander_phase)
+        available = host.mem_total_bytes - host.other_used_bytes - used_by_vllm + wander
+        swap_free = max(0.0, host.swap_total_bytes - swapped - 64 * MIB) if host.swap_total_bytes else 0.0
+        pss_now = {k: max(0.0, v - 180 * MIB) for k, v in rss_now.items()}
+        cgroup_usage = used_by_vllm + 1 * GIB
+        oom = available + max(0.0, swap_free) <= 0 or (host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes)
+        if ready and oom:
+            self.result.events.append((t, "host out of memory: the OOM killer ends vLLM, which is restarted"))
+            self._start_process(t, "vLLM restarts after the OOM kill")
+            return self.step(t)
+
+        if leak_started and self.result.leak_start is None:
+            self.result.leak_start = t
+            self.result.events.append((t, "leak starts"))
+            if sc.gpu:
+                self.result.gpu_headroom_bytes = (sc.gpu.total_mib - gpu_used[0]) * MIB
+        if gpu_used:
+            self.result.gpu_used_bytes.append((t, gpu_used[0] * MIB))
+
+        # vLLM's /metrics (only once it answers).
+        add((self.tx("up", VLLM), 1.0 if ready else 0.0))
+        if ready:
+            self._serve(t, n, running, waiting, in_burst)
+            labels = self.model_labels
+            for reason in FINISHED_REASONS:
+                add((self.tx("vllm:request_success_total", labels, "finished_reason", reason), self.counters[reason]))
+            for status, value in self.http.items():
+                add((self.tx("http_requests_total", VLLM, "handler", "/v1/completions", "method", "POST", "status", status), value))
+            add((self.tx("vllm:num_requests_running", labels), running))
+            add((self.tx("vllm:num_requests_waiting", labels), waiting))
+            add((self.tx("vllm:kv_cache_usage_perc", labels), round(self.kv, 4)))
+            add((self.tx("vllm:num_preemptions_total", labels), self.preemptions))
+            for name, hist in self.hist.items():
+                samples.extend(hist.samples(name, labels))
+            add((self.tx("process_start_time_seconds", VLLM), round(self.process_start, 2)))
+            add((self.tx("process_resident_memory_bytes", VLLM), round(rss_now[("api_server", "")])))
+            for gen in range(3):
+                add((self.tx("python_gc_collections_total", VLLM, "generation", str(gen)), self.gc[gen]))
+
+        # DCGM, per card (MiB, integers).
+        if sc.gpu:
+            add((self.tx("up", DCGM), 1.0))
+            for i, used in enumerate(gpu_used):
+                labels = self.labels("dcgm", i)
+                add((self.tx("DCGM_FI_DEV_FB_USED", labels), used))
+                add((self.tx("DCGM_FI_DEV_FB_FREE", labels), sc.gpu.total_mib - used))
+
+        # node exporter.
+        add((self.tx("up", NODE), 1.0))
+        add((self.tx("node_memory_MemTotal_bytes", NODE), host.mem_total_bytes))
+        add((self.tx("node_memory_MemAvailable_bytes", NODE), round(available)))
+        add((self.tx("node_memory_SwapTotal_bytes", NODE), host.swap_total_bytes))
+        add((self.tx("node_memory_SwapFree_bytes", NODE), round(swap_free)))
+
+        self._exporter(t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
+        return samples
+
+    def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
+        """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
+        sc, rng, g, noise = self.sc, self.rng, self.sc.gpu, self.sc.noise
+        leaked = False
+        if ready and n > 0:
+            self.gpu_warm = True
+        for step_mib, threshold in zip(noise.gpu_plateau_mib, RECORD_LONG_REQUESTS):
+            if self.long_seen < threshold <= self.long_seen + long:
+                self.gpu_steps_done += 1
+                self.result.events.append((t, f"record-long request: allocator step of {step_mib:.0f} MiB"))
+        used_now = []
+        for i in range(len(self.ranks)):
+            if ready and (n > 0 or running > 0) and rng.random() < noise.gpu_events_per_hour * self.dt / 3600:
+                size = rng.uniform(*noise.gpu_event_mib)
+                cap = noise.gpu_event_cap_mib
+                up = rng.random() < 0.5 * (1 - self.gpu_offset[i] / cap)
+                self.gpu_offset[i] = max(-cap, min(cap, self.gpu_offset[i] + (size if up else -size)))
+            for leak in sc.leaks:
+                if leak.target == "gpu" and t - self.start >= leak.start_s and n:
+                    self.gpu_leaked[i] += n * leak.bytes_per_request / MIB
+                    leaked = True
+            ready_used = g.ready_used_mib()
+            if ready:
+                used = (ready_used + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
+                        + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + self.gpu_leaked[i])
+            else:
+                used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
+            used_now.append(min(float(g.total_mib), math.floor(used)))
+        return used_now, leaked
+
+    def _host_step(self, t: float, n: int, long: int) -> bool:
+        """Heap noise, one-time steps and leaks of each process; True when a leak retained some."""
+        sc, rng, noise = self.sc, self.rng, self.sc.noise
+        leaked = False
+        for p in self.procs:
+            if rng.random() < noise.host_events_per_hour * self.dt / 3600:
+                size = rng.uniform(*noise.host_event_mib) * MIB
+                cap = noise.host_event_cap_mib * MIB
+                up = rng.random() < 0.5 * (1 - p.offset / cap)
+                p.offset = max(-cap, min(cap, p.offset + (size if up else -size)))
+            if self.long_seen < 1 <= self.long_seen + long and p.role in noise.host_plateau_mib:
+                p.plateau = noise.host_plateau_mib[p.role] * MIB
+            for leak in sc.leaks:
+                if leak.target == p.role and t - self.start >= leak.start_s and n:
+                    p.leak_hot += n * leak.bytes_per_request
+                    leaked = True
+            if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
+                moved = p.leak_hot * min(1.0, self.dt / 600)     # cold pages are swapped out within minutes
+                p.leak_hot -= moved
+                p.swap += moved
+        return leaked
+
+    def _serve(self, t: float, n: int, running: float, waiting: float, in_burst: bool) -> None:
+        """Counters and histograms for the n requests that finished during this tick."""
+        sc, rng, tr = self.sc, self.rng, self.sc.traffic
+        self.served += n
+        errors = min(n, poisson(rng, n * tr.error_share))
+        ok = n - errors
+        if errors:
+            self.http["5xx"] = self.http.get("5xx", 0.0) + errors
+        self.http["2xx"] += ok
+        length = round(ok * 0.3)
+        self.counters["length"] += length
+        self.counters["stop"] += ok - length
+        self.counters["error"] += errors
+        tokens_per_seq = sum(tr.prompt_tokens) / 2 + sum(tr.output_tokens) / 4
+        demand = (running - (tr.burst_concurrency if in_burst else 0)) * tokens_per_seq
+        if in_burst:
+            demand += tr.burst_concurrency * (tr.burst_prompt_tokens + sum(tr.output_tokens) / 4)
+        capacity = sc.gpu.kv_capacity_tokens if sc.gpu else 2_000_000
+        self.kv = min(1.0, demand / capacity)
+        if demand > 0.97 * capacity:
+            self.preemptions += max(1, round((demand - 0.97 * capacity) / tokens_per_seq))
+        # Gen-0 collections follow allocations (per request), plus the scrapes' own.
+        self.gc[0] += n * 30 + 2
+        self.gc[1] = math.floor(self.gc[0] / 11)
+        self.gc[2] = math.floor(self.gc[1] / 12)
+        if n == 0:
+            return
+        load = 1 + running / 128     # decoding a few more sequences per step costs little
+        drawn = min(n, SAMPLE_CAP)
+        weight = n / drawn
+        ttft, e2e, itl = [], [], []
+        out_tokens = 0
+        for _ in range(drawn):
+            first = rng.lognormvariate(math.log(tr.ttft_median_s * (1 + running / 32)), tr.ttft_sigma)
+            tokens = rng.randint(*tr.output_tokens)
+            step = rng.lognormvariate(math.log(tr.itl_median_s * load), tr.itl_sigma)
+            ttft.append(first)
+            e2e.append(first + tokens * step)
+            itl.extend(rng.lognormvariate(math.log(step), 0.15) for _ in range(4))
+            out_tokens += tokens
+        self.hist["vllm:time_to_first_token_seconds"].observe(ttft, weight)
+        self.hist["vllm:e2e_request_latency_seconds"].observe(e2e, weight)
+        self.hist["vllm:inter_token_latency_seconds"].observe(itl, out_tokens * weight / len(itl))
+
+    def _exporter(self, t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used) -> None:
+        """`leakwatch exporter`'s series, computed as its contract describes."""
+        sc = self.sc
+        add((self.tx("up", EXPORTER), 1.0))
+        alive = True        # the processes exist while vLLM starts; they are replaced in one tick
+        for role in ROLES:
+            count = len(self.ranks) if role == "worker" else 1
+            add((self.tx("leakwatch_processes", EXPORTER, "role", role), count if alive else 0))
+        for (role, rank), value in rss_now.items():
+            labels = self.labels("process", role, rank)
+            add((self.tx("leakwatch_process_resident_memory_bytes", labels), round(value)))
+            add((self.tx("leakwatch_process_unique_memory_bytes", labels), round(max(0.0, value - 250 * MIB))))
+            add((self.tx("leakwatch_process_proportional_memory_bytes", labels), round(pss_now[(role, rank)])))
+            add((self.tx("leakwatch_process_swap_bytes", labels), round(swap_now[(role, rank)])))
+        add((self.tx("leakwatch_cgroup_memory_usage_bytes", EXPORTER), round(cgroup_usage)))
+        if sc.host.cgroup_limit_bytes:
+            add((self.tx("leakwatch_cgroup_memory_limit_bytes", EXPORTER), sc.host.cgroup_limit_bytes))
+        add((self.tx("leakwatch_gpu_available", EXPORTER), 1.0 if sc.gpu else 0.0))
+        if sc.gpu:
+            for i, used in enumerate(gpu_used):
+                g = self.labels("exporter_gpu", i)
+                add((self.tx("leakwatch_gpu_memory_used_bytes", g), used * MIB))
+                add((self.tx("leakwatch_gpu_memory_total_bytes", g), sc.gpu.total_mib * MIB))
+                add((self.tx("leakwatch_gpu_process_memory_bytes", g, "role", "worker", "rank", str(i)),
+                     max(0.0, used - sc.gpu.idle_mib) * MIB))
+        add((self.tx("leakwatch_vllm_restarts_total", EXPORTER), float(self.restarts - 1)))
+        add((self.tx("leakwatch_vllm_up", EXPORTER), 1.0 if ready else 0.0))
+        if ready:
+            hours = (t - self.ready_at) / 3600
+            grown = 40 if self.served else 0
+            add((self.tx("leakwatch_vllm_metrics_series", EXPORTER), sc.metrics_series + grown + math.floor(hours * sc.metrics_series_per_hour)))
+
+        host_by_role = {role: sum(rss_now[k] + swap_now[k] for k in rss_now if k[0] == role) for role in ROLES}
+        gpu_bytes = [u * MIB for u in gpu_used]
+        if ready and self.baseline is None and self.served >= sc.warmup_requests:
+            self.baseline = {"t": t, "served": self.served, "host": dict(host_by_role), "gpu": list(gpu_bytes)}
+        b = self.baseline
+        add((self.tx("leakwatch_baseline_ready", EXPORTER), 1.0 if (ready and b) else 0.0))
+        if not (ready and b):
+            return
+        since = self.served - b["served"]
+        add((self.tx("leakwatch_baseline_timestamp_seconds", EXPORTER), round(b["t"])))
+        add((self.tx("leakwatch_requests_since_baseline", EXPORTER), float(since)))
+        busy = n > 0 or running > 0
+        for role in ROLES:
+            labels = self.labels("role", role)
+            growth = host_by_role[role] - b["host"][role]
+            add((self.tx("leakwatch_host_memory_baseline_bytes", labels), round(b["host"][role])))
+            add((self.tx("leakwatch_host_memory_growth_bytes", labels), round(growth)))
+            if since:
+                add((self.tx("leakwatch_host_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
+            ratio = self._retention(("host", role), host_by_role[role], busy)
+            if ratio is not None:
+                add((self.tx("leakwatch_host_memory_retention_ratio", labels), ratio))
+        for i, used in enumerate(gpu_bytes):
+            labels = self.labels("exporter_gpu", i)
+            growth = used - b["gpu"][i]
+            add((self.tx("leakwatch_gpu_memory_baseline_bytes", labels), b["gpu"][i]))
+            add((self.tx("leakwatch_gpu_memory_growth_bytes", labels), growth))
+            if since:
+                add((self.tx("leakwatch_gpu_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
+            ratio = self._retention(("gpu", i), used, busy)
+            if ratio is not None:
+                add((self.tx("leakwatch_vram_retention_ratio", labels), ratio))
+
+    def _retention(self, key, value: float, busy: bool) -> float | None:
+        """After a burst of requests ends, the share of the memory gained during it still held."""
+        state = self.burst_state.setdefault(key, {"busy": False, "pre": value, "peak": value})
+        if busy and not state["busy"]:
+            state.update(busy=True, peak=value)
+        elif busy:
+            state["peak"] = max(state["peak"], value)
+        elif state["busy"]:
+            gain = state["peak"] - state["pre"]
+            if gain >= MIB:        # a burst that gained (almost) nothing says nothing about retention
+                self.retention[key] = round(min(1.0, max(0.0, (value - state["pre"]) / gain)), 3)
+            state.update(busy=False)
+        if not state["busy"]:
+            state["pre"] = value
+        return self.retention.get(key)
+
+
+def simulate(scenario: Scenario, sink: Sink, resolution_s: float = 60.0) -> SimulationResult:
+    return Simulator(scenario, resolution_s).run(sink)
