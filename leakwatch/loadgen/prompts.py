@@ -251,9 +251,10 @@ class PromptFitter:
         self.max_rounds = max_rounds
         self.chars_per_token = 3.0  # first guess; learnt from every measurement
 
-    def fit(self, render, target: int, limit_chars: int) -> tuple[object, int]:
+    def fit(self, render, target: int, limit_chars: int, ceiling: int | None = None) -> tuple[object, int]:
         """render(chars) -> content whose variable part has about `chars` characters (cut at a
-        boundary); returns (content, measured tokens) closest to `target`.
+        boundary); returns (content, measured tokens) closest to `target` and never above `ceiling`
+        (the room the context leaves) unless even the fixed part is longer.
 
         Secant steps on the learnt characters-per-token ratio, kept inside a shrinking bracket.
         """
@@ -262,14 +263,17 @@ class PromptFitter:
         best = (content, base)
         if base >= target:
             return best
+        if ceiling is not None:
+            target = min(target, ceiling)
         lo, hi = 0, None  # characters known to give too few / too many tokens
         chars = min(limit_chars, round((target - base) * self.chars_per_token))
         for _ in range(self.max_rounds):
             content = render(chars)
             tokens = self.counter.count(content)
-            if abs(tokens - target) < abs(best[1] - target):
+            fits = ceiling is None or tokens <= ceiling
+            if fits and abs(tokens - target) < abs(best[1] - target):
                 best = (content, tokens)
-            if abs(tokens - target) <= max(2, self.tolerance * target):
+            if fits and abs(tokens - target) <= max(2, self.tolerance * target):
                 break
             if tokens > base:
                 self.chars_per_token = chars / (tokens - base)
@@ -344,9 +348,9 @@ class CorpusBuilder:
         in_clamped = bool(max_input and target > max_input)
         goal = min(target, max_input) if max_input else target
         if self.spec.name == "code":
-            content, tokens, repo = self._code(rng, goal)
+            content, tokens, repo = self._code(rng, goal, max_input)
         else:
-            (content, tokens), repo = self._creative(rng, goal), None
+            (content, tokens), repo = self._creative(rng, goal, max_input), None
         if max_input and tokens > max_input:
             in_clamped = True  # the fixed part alone is longer than the room left
         self.stats.prompts += 1
@@ -355,7 +359,7 @@ class CorpusBuilder:
         self.stats.prompt_tokens.append(tokens)
         return Prompt(self.spec.name, content, tokens, target, output, in_clamped, out_clamped, repo)
 
-    def _creative(self, rng: random.Random, goal: int):
+    def _creative(self, rng: random.Random, goal: int, ceiling: int | None):
         genre, style = rng.choice(_GENRES), rng.choice(_STYLES)
         words = rng.randrange(300, 900, 50)
         instruction = (f"Continue this {genre} story in a {style} style with about {words} words. Keep the "
@@ -371,9 +375,9 @@ class CorpusBuilder:
             text = story[: max(cut, 0)].rstrip()
             return self._content(CREATIVE_SYSTEM, f"{instruction}\n\nThe story so far:\n\n{text}")
 
-        return self.fitter.fit(render, goal, limit_chars=goal * 50)
+        return self.fitter.fit(render, goal, limit_chars=goal * 50, ceiling=ceiling)
 
-    def _code(self, rng: random.Random, goal: int):
+    def _code(self, rng: random.Random, goal: int, ceiling: int | None):
         repos = available_repositories()
         weights = [1 / (rank + 1) for rank in range(len(repos))]
         repo = rng.choices(repos, weights)[0]
@@ -388,7 +392,7 @@ class CorpusBuilder:
             question = template.format(func=funcs[int(pick * len(funcs))], path=paths[-1])
             return self._content(CODE_SYSTEM, f"Repository `{repo}`:\n\n{text}\nQuestion: {question}")
 
-        content, tokens = self.fitter.fit(render, goal, limit_chars=context.size + 10000)
+        content, tokens = self.fitter.fit(render, goal, limit_chars=context.size + 10000, ceiling=ceiling)
         return content, tokens, repo
 
 
