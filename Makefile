@@ -50,8 +50,12 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
-BENCHES :=
+BENCHES := bench-loadgen
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
+
+.PHONY: bench-loadgen
+bench-loadgen: setup-dev  ## this load generator vs vLLM's benchmark client: TTFT error and streams per process
+	@$(PY) -m leakwatch.loadgen.bench

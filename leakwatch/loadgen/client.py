@@ -23,6 +23,11 @@ from . import outcomes, sse
 from .outcomes import StreamResult
 
 ERROR_BODY_LIMIT = 64 * 1024
+# A connection idle for longer is replaced before the next request: servers close idle keep-alive
+# connections (uvicorn after 5 s), and a request written into one that is closing fails as no_response
+# through no fault of the server. Under the production-day shape most requests open a new connection,
+# as real clients with long pauses do.
+IDLE_RECONNECT_S = 2.0
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
@@ -86,6 +91,7 @@ class StreamingClient:
             concurrency=1, headers=headers, insecure=False,
         )
         self._http: HTTPClient | None = None
+        self._idle_since: float | None = None  # when the kept-alive connection last finished a request
 
     def _client(self) -> HTTPClient:
         if self._http is None:
@@ -93,6 +99,7 @@ class StreamingClient:
         return self._http
 
     def close(self) -> None:
+        self._idle_since = None
         if self._http is not None:
             try:
                 self._http.close()
@@ -100,6 +107,19 @@ class StreamingClient:
                 self._http = None
 
     def stream(self, api: str, body: bytes) -> StreamResult:
+        if self._idle_since is not None and time.monotonic() - self._idle_since > IDLE_RECONNECT_S:
+            self.close()  # the server may be closing it right now (uvicorn's keep-alive is 5 s)
+        reused = self._http is not None and self._idle_since is not None
+        result = self._stream(api, body)
+        if reused and result.outcome == "no_response":
+            # The kept-alive connection was closed under us before any response: the request never
+            # reached the server's handler, so it is sent again on a new connection (as browsers do).
+            result = self._stream(api, body)
+            result.retried = True
+        return result
+
+    def _stream(self, api: str, body: bytes) -> StreamResult:
+        self._idle_since = None
         result = StreamResult()
         path = self.base_path + API_PATHS[api]
         chat = api == "chat"
@@ -208,6 +228,7 @@ class StreamingClient:
         else:
             # Keep-alive: the connection returns to the pool for the next request.
             response.release()
+            self._idle_since = time.monotonic()
 
     def _fail(self, result: StreamResult, outcome: str, detail: str, start: float, end: float | None = None) -> StreamResult:
         result.outcome = outcome

@@ -91,15 +91,19 @@ class SharedSchedule:
         self.claimed += 1
         return offset
 
-    def note_lateness(self, lateness: float, pool: int) -> None:
+    def note_lateness(self, lateness: float, pool: int, in_flight: int) -> None:
         self.max_lateness = max(self.max_lateness, lateness)
         now = time.monotonic()
-        if lateness >= LATE_WARNING_S and now - self._last_warning > 30:
-            self._last_warning = now
-            log.warning(
-                "coordinated omission: a request went out %.2f s behind the Poisson schedule because all %d "
-                "users were busy; the latencies of this period understate what users would see. Raise "
-                "--max-in-flight or add workers (--processes).", lateness, pool)
+        if lateness < LATE_WARNING_S or now - self._last_warning <= 30:
+            return
+        self._last_warning = now
+        if in_flight >= pool:
+            cause = (f"all {pool} users were busy; raise --max-in-flight or add workers (--processes)")
+        else:
+            cause = ("the load generator itself was stalled (CPU starved or a blocked event loop); give it "
+                     "a core of its own or add workers (--processes)")
+        log.warning("coordinated omission: a request went out %.2f s behind the Poisson schedule because %s. "
+                    "Latencies of this period understate what users would see.", lateness, cause)
 
 
 class LoadgenRun:
@@ -201,7 +205,7 @@ class LoadgenRun:
 
     def _prepare(self) -> None:
         opts = self.options
-        key = (self.host, opts.model, opts.api, opts.seed, opts.prompt_scales, opts.corpus_size, opts.prompts_file,
+        key = (self.host, opts.model, opts.api, opts.seed, opts.prompt_scales, opts.output_scales, opts.corpus_size, opts.prompts_file,
                opts.tokenizer, opts.max_output_tokens, self.share)
         if key == self._prepared_for:
             return  # a second test in the same web UI session reuses the corpora
@@ -233,6 +237,7 @@ class LoadgenRun:
                 def builder(counter, name=name):
                     return CorpusBuilder(opts.workload_spec(name), counter, api=opts.api,
                                          seed=opts.seed * 1000 + self.share[0], scale=opts.prompt_scale(name),
+                                         output_scale=opts.output_scale(name),
                                          max_model_len=max_len, max_output_tokens=opts.max_output_tokens or None)
                 started = time.monotonic()
                 build = builder(counter)
@@ -292,7 +297,7 @@ class LoadgenRun:
             if wait > 0:
                 gevent.sleep(wait)
             lateness = max(0.0, time.monotonic() - self.schedule.start - scheduled)
-            self.schedule.note_lateness(lateness, opts.production_day.pool)
+            self.schedule.note_lateness(lateness, opts.production_day.pool, self.stats.in_flight)
         workload = "file" if opts.prompts_file else user.workload
         prompt = self.corpora[user.workload].next()
         body = request_body(opts.api, self.model, prompt.content, prompt.output_tokens, opts.ignore_eos)
@@ -459,7 +464,7 @@ def _log_row(process: str, workload: str, sent_unix: float, scheduled, lateness:
         "prompt_tokens": result.prompt_tokens if result.prompt_tokens is not None else "",
         "output_tokens": result.output_tokens if result.output_tokens is not None else "",
         "corpus_prompt_tokens": prompt.prompt_tokens or "", "target_prompt_tokens": prompt.target_tokens or "",
-        "max_tokens": prompt.output_tokens, "repo": prompt.repo or "",
+        "max_tokens": prompt.output_tokens, "repo": prompt.repo or "", "retried": int(result.retried),
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .prompts import WORKLOADS, LengthDistribution, WorkloadSpec
+from .prompts import WORKLOADS, WorkloadSpec
 from .schedule import ArrivalProcess
 from .shapes import SHAPES, HighConcurrencyPlan, ProductionDayPlan
 
@@ -79,6 +79,8 @@ OPTIONS = [
     ("--prompt-scale", "LOCUST_PROMPT_SCALE", "1", str,
      "multiply prompt lengths: one factor for every workload, or per workload (code=0.1 for a model "
      "with a 2048-token context; code=0.1,creative=1)"),
+    ("--output-scale", "LOCUST_OUTPUT_SCALE", "1", str,
+     "multiply output lengths (max_tokens), for every workload or per workload like --prompt-scale"),
     ("--max-output-tokens", "LOCUST_MAX_OUTPUT_TOKENS", 0, int,
      "cap on max_tokens per request (0: half the served model's max_model_len)"),
     ("--corpus-size", "LOCUST_CORPUS_SIZE", 200, int, "prompts generated per workload (then used in turn)"),
@@ -132,6 +134,7 @@ class LoadgenOptions:
     high_concurrency: HighConcurrencyPlan
     workloads: dict
     prompt_scales: dict
+    output_scales: dict
     max_output_tokens: int
     corpus_size: int
     prompts_file: str
@@ -209,7 +212,8 @@ class LoadgenOptions:
         return cls(
             model=str(get["model"] or "").strip(), api_key=str(get["api_key"] or ""), api=api, shape=shape,
             arrivals=arrivals, production_day=pd, high_concurrency=hc, workloads=dict(WORKLOADS),
-            prompt_scales=_scales(get["prompt_scale"], fail), max_output_tokens=num("max-output-tokens", int),
+            prompt_scales=_scales(get["prompt_scale"], fail, "prompt-scale"),
+            output_scales=_scales(get["output_scale"], fail, "output-scale"), max_output_tokens=num("max-output-tokens", int),
             corpus_size=num("corpus-size", int), prompts_file=str(get["prompts_file"] or "").strip(),
             tokenizer=str(get["tokenizer"] or "server").strip(), seed=num("seed", int),
             ignore_eos=_bool(get["ignore_eos"]), request_timeout=num("request-timeout"),
@@ -224,6 +228,9 @@ class LoadgenOptions:
 
     def prompt_scale(self, workload: str) -> float:
         return self.prompt_scales.get(workload, self.prompt_scales.get("*", 1.0))
+
+    def output_scale(self, workload: str) -> float:
+        return self.output_scales.get(workload, self.output_scales.get("*", 1.0))
 
     def describe_shape(self) -> str:
         if self.shape == "production-day":
@@ -241,7 +248,7 @@ class LoadgenOptions:
         return "steady: -u users, closed loop (-r spawn rate, -t run time)"
 
 
-def _scales(value, fail) -> dict:
+def _scales(value, fail, flag: str) -> dict:
     """'0.1' -> every workload; 'code=0.1,creative=1' -> per workload."""
     scales = {}
     for part in str(value if value is not None else "1").split(","):
@@ -251,17 +258,11 @@ def _scales(value, fail) -> dict:
         name, _, factor = part.rpartition("=")
         name = name.strip() or "*"
         if name != "*" and name not in WORKLOADS:
-            fail("prompt-scale", f"unknown workload {name!r} (workloads: {', '.join(WORKLOADS)})")
+            fail(flag, f"unknown workload {name!r} (workloads: {', '.join(WORKLOADS)})")
         try:
             scales[name] = float(factor)
         except ValueError:
-            fail("prompt-scale", f"not a number: {factor!r}")
+            fail(flag, f"not a number: {factor!r}")
         if not scales[name] > 0:
-            fail("prompt-scale", "must be greater than 0")
+            fail(flag, "must be greater than 0")
     return scales
-
-
-def fixed_lengths(input_tokens: int, output_tokens: int, name: str = "creative") -> WorkloadSpec:
-    """A workload with fixed lengths (the benchmark's like-for-like comparison with vLLM's client)."""
-    return WorkloadSpec(name, LengthDistribution.fixed(input_tokens), LengthDistribution.fixed(output_tokens))
-

@@ -68,6 +68,7 @@ class StreamResult:
     output_tokens: int | None = None   # from the server's usage report
     prompt_tokens: int | None = None
     response_bytes: int = 0
+    retried: bool = False          # sent again after a kept-alive connection closed under it
 
     @property
     def ok(self) -> bool:

@@ -93,6 +93,11 @@ class WorkloadSpec:
     output: LengthDistribution
 
 
+def fixed_lengths(input_tokens: int, output_tokens: int, name: str = "text") -> WorkloadSpec:
+    """Plain text prompts of fixed lengths (the benchmark's like-for-like comparison with vLLM's client)."""
+    return WorkloadSpec(name, LengthDistribution.fixed(input_tokens), LengthDistribution.fixed(output_tokens))
+
+
 WORKLOADS = {
     "creative": WorkloadSpec("creative", LengthDistribution.uniform(200, 800), LengthDistribution.uniform(200, 500)),
     "code": WorkloadSpec("code", LengthDistribution.lognormal(5000, 45000), LengthDistribution.lognormal(500, 2000)),
@@ -314,9 +319,11 @@ class CorpusStats:
 
 class CorpusBuilder:
     def __init__(self, spec: WorkloadSpec, counter: TokenCounter, *, api: str = "chat", seed: int = 0,
-                 scale: float = 1.0, max_model_len: int | None = None, max_output_tokens: int | None = None):
-        if scale <= 0:
-            raise ValueError(f"the prompt scale must be positive, not {scale}")
+                 scale: float = 1.0, output_scale: float = 1.0, max_model_len: int | None = None,
+                 max_output_tokens: int | None = None):
+        if scale <= 0 or output_scale <= 0:
+            raise ValueError(f"length scales must be positive, not {scale} / {output_scale}")
+        self.output_scale = output_scale
         self.spec = spec
         self.counter = counter
         self.api = api
@@ -341,7 +348,7 @@ class CorpusBuilder:
 
     def one(self, rng: random.Random) -> Prompt:
         target = self.spec.input.sample(rng, self.scale)
-        output = self.spec.output.sample(rng)
+        output = self.spec.output.sample(rng, self.output_scale)
         out_clamped = output > self.max_output_tokens
         output = min(output, self.max_output_tokens)
         max_input = self.max_model_len - output if self.max_model_len else None
@@ -349,6 +356,8 @@ class CorpusBuilder:
         goal = min(target, max_input) if max_input else target
         if self.spec.name == "code":
             content, tokens, repo = self._code(rng, goal, max_input)
+        elif self.spec.name == "text":
+            (content, tokens), repo = self._text(rng, goal, max_input), None
         else:
             (content, tokens), repo = self._creative(rng, goal, max_input), None
         if max_input and tokens > max_input:
@@ -374,6 +383,20 @@ class CorpusBuilder:
             cut = story.rfind(" ", 0, chars) if chars < len(story) else len(story)
             text = story[: max(cut, 0)].rstrip()
             return self._content(CREATIVE_SYSTEM, f"{instruction}\n\nThe story so far:\n\n{text}")
+
+        return self.fitter.fit(render, goal, limit_chars=goal * 50, ceiling=ceiling)
+
+    def _text(self, rng: random.Random, goal: int, ceiling: int | None):
+        """Plain story text and nothing else (a like-for-like prompt for benchmark clients)."""
+        paragraphs = story_paragraphs(random.Random(rng.random()))
+        story = ""
+
+        def render(chars: int):
+            nonlocal story
+            while len(story) < chars:
+                story += next(paragraphs) + " "
+            text = story[: max(story.rfind(" ", 0, chars), 1)] if chars else story[:1] or "."
+            return text if self.api == "completions" else [{"role": "user", "content": text}]
 
         return self.fitter.fit(render, goal, limit_chars=goal * 50, ceiling=ceiling)
 

@@ -42,8 +42,8 @@ class HighConcurrencyPlan:
 
     @property
     def spawn_rate(self) -> float:
-        """Users per second: a step's users start within half a second, a burst as in a real storm."""
-        return max(1.0, self.step * 2.0)
+        """Users per second: a step starts within about half a second (Locust warns above 100/s)."""
+        return float(min(100, max(1, self.step * 2)))
 
     def users_at(self, t: float) -> int | None:
         """Users wanted t seconds into the test; None once the ramp-down is over."""

@@ -114,3 +114,36 @@ def test_a_host_with_v1_and_an_api_key():
 def test_not_an_http_url_is_rejected():
     with pytest.raises(ValueError, match="not an http"):
         StreamingClient("ftp://example.org")
+
+
+def test_a_kept_alive_connection_closed_under_a_request_is_retried_once():
+    class KeepAliveThenHangup(Behaviour):
+        """Answers on a kept-alive connection, then closes it without answering the next request."""
+
+        def respond(self, sock):
+            events = good_stream(2)
+            body = b"".join(sse(e) for e in events)
+            sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            sock.recv(65536)  # the next request on this connection: read it, then hang up
+
+    with FakeServer(KeepAliveThenHangup()) as server:
+        client = StreamingClient(server.url, request_timeout=5)
+        body = request_body("completions", "demo", "hi", 2, True)
+        first, second = client.stream("completions", body), client.stream("completions", body)
+        client.close()
+    assert first.ok and not first.retried
+    assert second.ok and second.retried, second.message
+    assert len(server.requests) == 2  # the lost request never reached the handler
+
+
+def test_an_idle_connection_is_replaced_before_it_goes_stale(monkeypatch):
+    from leakwatch.loadgen import client as client_module
+
+    monkeypatch.setattr(client_module, "IDLE_RECONNECT_S", 0.0)
+    with FakeServer(Stream(good_stream(2))) as server:
+        client = StreamingClient(server.url, request_timeout=5)
+        body = request_body("completions", "demo", "hi", 2, True)
+        results = [client.stream("completions", body) for _ in range(3)]
+        client.close()
+    assert all(r.ok and not r.retried for r in results)
