@@ -169,6 +169,21 @@ def story_paragraphs(rng: random.Random):
         yield " ".join(sentences)
 
 
+class StoryText:
+    """Seeded story paragraphs grown on demand; prefixes end at a word boundary."""
+
+    def __init__(self, seed: float):
+        self._paragraphs = story_paragraphs(random.Random(seed))
+        self._text = ""
+
+    def prefix(self, chars: int) -> str:
+        while len(self._text) < chars:
+            self._text += next(self._paragraphs) + "\n\n"
+        if chars >= len(self._text):
+            return self._text.rstrip()
+        return self._text[: max(self._text.rfind(" ", 0, chars), 0)].rstrip()
+
+
 # Standard-library packages used as code repositories, most popular first (a Zipf-like choice makes
 # some contexts repeat often, as a team's main repository does).
 REPOSITORIES = ("asyncio", "email", "http", "json", "logging", "concurrent", "importlib", "urllib",
@@ -373,29 +388,19 @@ class CorpusBuilder:
         words = rng.randrange(300, 900, 50)
         instruction = (f"Continue this {genre} story in a {style} style with about {words} words. Keep the "
                        f"characters and places consistent and end on a turn the reader does not expect.")
-        paragraphs = story_paragraphs(random.Random(rng.random()))
-        story = ""
+        story = StoryText(rng.random())
 
         def render(chars: int):
-            nonlocal story
-            while len(story) < chars:
-                story += next(paragraphs) + "\n\n"
-            cut = story.rfind(" ", 0, chars) if chars < len(story) else len(story)
-            text = story[: max(cut, 0)].rstrip()
-            return self._content(CREATIVE_SYSTEM, f"{instruction}\n\nThe story so far:\n\n{text}")
+            return self._content(CREATIVE_SYSTEM, f"{instruction}\n\nThe story so far:\n\n{story.prefix(chars)}")
 
         return self.fitter.fit(render, goal, limit_chars=goal * 50, ceiling=ceiling)
 
     def _text(self, rng: random.Random, goal: int, ceiling: int | None):
         """Plain story text and nothing else (a like-for-like prompt for benchmark clients)."""
-        paragraphs = story_paragraphs(random.Random(rng.random()))
-        story = ""
+        story = StoryText(rng.random())
 
         def render(chars: int):
-            nonlocal story
-            while len(story) < chars:
-                story += next(paragraphs) + " "
-            text = story[: max(story.rfind(" ", 0, chars), 1)] if chars else story[:1] or "."
+            text = story.prefix(chars) or "Once"
             return text if self.api == "completions" else [{"role": "user", "content": text}]
 
         return self.fitter.fit(render, goal, limit_chars=goal * 50, ceiling=ceiling)
