@@ -266,3 +266,18 @@ def _scales(value, fail, flag: str) -> dict:
         if not scales[name] > 0:
             fail(flag, "must be greater than 0")
     return scales
+
+
+def describe() -> str:
+    """Every option with its environment variable and default (`python -m leakwatch.loadgen.options`;
+    Locust's own --help does not list a locustfile's options)."""
+    lines = []
+    for flag, env, default, _, help_text in OPTIONS:
+        shown = "stack.yaml's locust_exporter port" if flag == "--metrics-port" else default
+        shown = "none" if shown in ("", None) else shown
+        lines.append(f"{flag} (env {env}, default {shown!s})\n    {help_text.replace('%%', '%')}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

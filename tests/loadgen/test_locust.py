@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
+
+import requests
 
 from leakwatch.native.ports import free_port
 
@@ -86,3 +90,48 @@ def test_distributed_processes_split_the_work_and_merge_on_the_master(tmp_path):
     processes = {row["process"] for row in run.requests}
     assert processes == {"worker-0", "worker-1"} and len(run.requests) == 30
     assert set(run.summary["cpu_seconds"]) >= {"worker-0", "worker-1"}
+
+
+def test_the_web_ui_shows_the_full_precision_tab(tmp_path):
+    port = free_port()
+    with FakeServer(Stream(good_stream(3, chat=True))) as server:
+        proc = subprocess.Popen(
+            [LOCUST, "-f", str(LOADTEST / "creative_writing.py"), "-H", server.url, "--web-host", "127.0.0.1",
+             "--web-port", str(port), "--autostart", "--load-shape", "steady", "-u", "2", "--request-limit", "6",
+             "--corpus-size", "3", "--metrics-port", "-1"],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            rows = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(r["count"] for r in rows):
+                try:
+                    stats = requests.get(f"{base}/stats/requests", timeout=5).json()
+                    rows = next(e["data"] for e in stats.get("extended_stats", []) if e["key"] == "leakwatch")
+                except (requests.RequestException, StopIteration, ValueError):
+                    pass
+                time.sleep(0.5)
+            assert any(r["metric"] == "time to first token" and r["count"] for r in rows), rows
+            index = requests.get(base + "/", timeout=10).text
+            assert "Streaming latency" in index and "leakwatch/stats.csv" in index
+            csv_text = requests.get(f"{base}/leakwatch/stats.csv", timeout=10).text
+            assert csv_text.startswith("workload,metric,count,mean,min,p50")
+            assert "Streaming latency at full precision" in requests.get(f"{base}/stats/report", timeout=30).text
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_every_option_the_readme_shows_exists():
+    from leakwatch.loadgen.options import OPTIONS
+    from leakwatch.paths import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("## Load testing", 1)[1].split("\n## ", 1)[0]
+    conf = (LOADTEST / "locust.conf").read_text()
+    help_text = subprocess.run([LOCUST, "--help"], capture_output=True, text=True, timeout=60).stdout
+    known = {flag for flag, *_ in OPTIONS} | set(re.findall(r"(--[a-z][a-z0-9-]+)", help_text))
+    known.add("--max-num-seqs")  # vLLM's, named in the prose
+    shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", section))
+    shown |= {f"--{line.split('=')[0].strip()}" for line in conf.splitlines() if "=" in line and not line.startswith("#")}
+    assert shown and shown <= known, sorted(shown - known)

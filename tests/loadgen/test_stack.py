@@ -114,7 +114,7 @@ def test_production_day_is_poisson_and_agrees_with_the_server(native_stack, tmp_
     # Prompt lengths: the server counts exactly what the corpus measured, uniform over 200-800.
     assert all(int(r["prompt_tokens"]) == int(r["corpus_prompt_tokens"]) for r in rows)
     corpus = {(r["target_prompt_tokens"], r["prompt_tokens"]) for r in rows}
-    assert all(abs(int(p) - int(t)) <= max(2, 0.01 * int(t)) for t, p in corpus)
+    assert all(abs(int(p) - int(t)) <= max(4, 0.01 * int(t)) for t, p in corpus)  # 1 % or a word
     distinct = np.array([int(p) for _, p in corpus])
     assert stats.kstest(distinct, "uniform", args=(200, 600)).pvalue > 0.01
 
