@@ -205,8 +205,8 @@ class LoadgenRun:
 
     def _prepare(self) -> None:
         opts = self.options
-        key = (self.host, opts.model, opts.api, opts.seed, opts.prompt_scales, opts.output_scales, opts.corpus_size, opts.prompts_file,
-               opts.tokenizer, opts.max_output_tokens, self.share)
+        key = (self.host, opts.model, opts.api, opts.seed, opts.prompt_scales, opts.output_scales,
+               opts.corpus_size, opts.prompts_file, opts.tokenizer, opts.max_output_tokens, self.share)
         if key == self._prepared_for:
             return  # a second test in the same web UI session reuses the corpora
         self.notes = []
@@ -263,7 +263,10 @@ class LoadgenRun:
         if opts.tokenizer == "estimate":
             return tokens.EstimatedTokenizer()
         if opts.tokenizer != "server":
-            return tokens.LocalTokenizer(opts.tokenizer)
+            try:
+                return tokens.LocalTokenizer(opts.tokenizer)
+            except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad folder
+                raise OptionError(f"--tokenizer: cannot load a tokenizer from {opts.tokenizer!r} ({exc})") from None
         if self.server is None:
             self._note("no server to measure prompt lengths with: they are estimated", logging.WARNING)
             return tokens.EstimatedTokenizer()
