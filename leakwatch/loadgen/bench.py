@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,10 +39,32 @@ from ..paths import REPO_ROOT
 from . import server_metrics
 from .prompts import CorpusBuilder, fixed_lengths
 from .reports import read_request_log
-from .tokens import ServerTokenizer
+from .tokens import LocalTokenizer, ServerTokenizer
 
 CPU_LIMIT = 0.90        # of one core
 TTFT_TOLERANCE = 0.10   # for max_streams
+
+
+class AnswerTexts:
+    """Texts of an exact token count, as vLLM's client counts them (the model's own tokenizer)."""
+
+    def __init__(self, counter: LocalTokenizer):
+        self.counter = counter
+        self.cache: dict[int, str] = {}
+
+    def of(self, tokens: int) -> str:
+        if tokens not in self.cache:
+            words = tokens
+            for _ in range(100):
+                text = " the" * words
+                got = self.counter.count(text)
+                if got == tokens:
+                    break
+                words += 1 if got < tokens else -1
+            else:
+                raise SystemExit(f"cannot write an answer of exactly {tokens} tokens")
+            self.cache[tokens] = text
+        return self.cache[tokens]
 
 
 def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
@@ -88,12 +112,10 @@ class VllmClient:
         if '"ready"' not in ready:
             raise SystemExit(f"vLLM's benchmark client did not start; see {log_path}")
 
-    def run(self, url: str, model_dir: Path, prompts: Path, output_tokens: int, requests_n: int,
-            concurrency: int) -> dict:
+    def run(self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int) -> dict:
         argv = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "demo",
                 "--tokenizer", str(model_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                "--sharegpt-output-len", str(output_tokens), "--num-prompts", str(requests_n),
-                "--max-concurrency", str(concurrency),
+                "--disable-shuffle", "--num-prompts", str(requests_n), "--max-concurrency", str(concurrency),
                 "--request-rate", "inf", "--ignore-eos", "--save-detailed", "--disable-tqdm", "--num-warmups", "0",
                 "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,90"]
         self.proc.stdin.write(json.dumps(argv) + "\n")
@@ -105,6 +127,7 @@ class VllmClient:
         if "error" in result:
             raise SystemExit(f"vLLM's benchmark client failed:\n{result['error']}")
         return {"client": "vllm", "ttfts": result["ttfts"], "itls": result["itls"], "completed": result["completed"],
+                "output_tokens": result["output_tokens"],
                 "duration": result["duration"], "cpu_seconds": result["cpu_seconds"], "errors": result["errors"]}
 
     def close(self) -> None:
@@ -132,7 +155,8 @@ def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work
     ends = [float(r["sent_unix"]) + float(r["e2e_s"]) for r in ok]
     itl = summary["workloads"]["file"]["itl"]
     return {"client": "loadgen", "ttfts": [float(r["ttft_s"]) for r in ok], "itl_p50": itl["p50"],
-            "completed": len(ok), "duration": max(ends) - min(starts), "cpu_seconds": sum(summary["cpu_seconds"].values()),
+            "completed": len(ok), "output_tokens": sum(int(r["output_tokens"]) for r in ok),
+            "duration": max(ends) - min(starts), "cpu_seconds": sum(summary["cpu_seconds"].values()),
             "errors": sorted({r["outcome"] for r in rows if r["outcome"] != "ok"})}
 
 
@@ -163,14 +187,16 @@ def figures(runs: list[dict]) -> dict:
             "itl_p50": itl_p50, "req_per_s": completed / duration, "cpu": sum(r["cpu_seconds"] for r in runs) / duration,
             "server_ttft_p50": p50.estimate if p50 else float("nan"),
             "server_ttft_p90": p90.estimate if p90 else float("nan"),
-            "requests": completed, "errors": sorted({str(e)[:80] for r in runs for e in r["errors"]})}
+            "requests": completed, "output_tokens": sum(r["output_tokens"] for r in runs),
+            "errors": sorted({str(e).strip().splitlines()[-1][:80] for r in runs for e in r["errors"]})}
 
 
 def line(label: str, f: dict) -> str:
     return (f"  {label:<8} ttft p50 {f['ttft_p50'] * 1000:8.2f} ms  p90 {f['ttft_p90'] * 1000:8.2f} ms  "
             f"itl p50 {f['itl_p50'] * 1000:7.3f} ms  {f['req_per_s']:7.1f} req/s  cpu {f['cpu'] * 100:5.1f} %  "
             f"server ttft p50 {f['server_ttft_p50'] * 1000:7.2f} ms p90 {f['server_ttft_p90'] * 1000:7.2f} ms  "
-            f"({f['requests']} requests{', errors: ' + ', '.join(f['errors']) if f['errors'] else ''})")
+            f"({f['requests']} requests, {f['output_tokens']} tokens out"
+            f"{', errors: ' + ', '.join(f['errors']) if f['errors'] else ''})")
 
 
 def err_pct(ours: float, theirs: float) -> float:
@@ -184,10 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="64,128,256,512", help="concurrency levels for max_streams")
     parser.add_argument("--requests", type=int, default=1024, help="requests per run (at least 4 per stream)")
     parser.add_argument("--input-tokens", type=int, default=64)
-    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=64, help="mean output length (uniform, +-50 %%)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, request logs)")
     args = parser.parse_args(argv)
     levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
+    # A SIGTERM (CI timeout, kill) still stops the server through the `finally` below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     work = Path(tempfile.mkdtemp(prefix="lw-bench-loadgen-"))
     port = free_port()
@@ -204,20 +232,29 @@ def main(argv: list[str] | None = None) -> int:
         builder = CorpusBuilder(fixed_lengths(args.input_tokens, args.output_tokens), ServerTokenizer(url, "demo"),
                                 api="completions", seed=1)
         corpus = builder.build(n_prompts)
+        # Output lengths vary around the mean, so closed-loop streams do not finish (and restart) in
+        # lockstep waves, which would make TTFT depend on chance wave alignment.
+        rng = random.Random(2)
+        low, high = args.output_tokens // 2, args.output_tokens * 3 // 2
+        for p in corpus:
+            p.output_tokens = rng.randint(low, high)
         prompts.write_text("".join(p.to_json() + "\n" for p in corpus))
-        # The same prompts in ShareGPT's layout, which vLLM's client reads without pandas (its raw prompt
-        # text goes to /v1/completions as is; the output length is fixed by --sharegpt-output-len).
+        # The same prompts, in order, in ShareGPT's layout, which vLLM's client reads without pandas: the
+        # human turn goes to /v1/completions as is, and the output length is the token count of the
+        # answer, written here to be exactly the prompt's output_tokens.
+        answers = AnswerTexts(LocalTokenizer(str(model_dir)))
         sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": p.text},
-                                                           {"from": "gpt", "value": "-"}]} for p in corpus]))
+                                                           {"from": "gpt", "value": answers.of(p.output_tokens)}]}
+                                        for p in corpus]))
         lengths = sorted({p.prompt_tokens for p in corpus})
         print(f"bench-loadgen: {n_prompts} prompts of {lengths[0]}-{lengths[-1]} tokens (target {args.input_tokens}), "
-              f"{args.output_tokens} output tokens, completions API, ignore_eos, prefix caching off", flush=True)
+              f"{low}-{high} output tokens, completions API, ignore_eos, prefix caching off", flush=True)
         vllm_client = VllmClient(work / "vllm-client.log")
 
         def pair(concurrency: int, ours_first: bool = False) -> tuple[dict, dict]:
             # Enough requests that the first wave (all streams starting at once) is a small part.
             n = max(args.requests, 4 * concurrency)
-            runs = {"vllm": lambda: vllm_client.run(url, model_dir, sharegpt, args.output_tokens, n, concurrency),
+            runs = {"vllm": lambda: vllm_client.run(url, model_dir, sharegpt, n, concurrency),
                     "loadgen": lambda: run_loadgen(url, prompts, n, concurrency, work)}
             order = ("loadgen", "vllm") if ours_first else ("vllm", "loadgen")
             done = {name: measure(runs[name], url) for name in order}
@@ -241,10 +278,16 @@ def main(argv: list[str] | None = None) -> int:
         # The server's own TTFT over each run shows whether both clients met the same conditions.
         drift = [err_pct(o["server_ttft_p50"], t["server_ttft_p50"]) for o, t in per_pair]
         p50_err, p90_err = float(np.median(p50_errs)), float(np.median(p90_errs))
+        # The noise floor: each client against its own next run (same server, same prompts).
+        theirs_runs, ours_runs = [t for _, t in per_pair], [o for o, _ in per_pair]
+        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(theirs_runs, theirs_runs[1:])]
+        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(ours_runs, ours_runs[1:])]
         print(f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "
               f"{', '.join(f'{e:+.1f}' for e in drift)} %")
+        print(f"  noise floor, ttft p50 of one run against the client's next run: vLLM's client "
+              f"{', '.join(f'{e:+.1f}' for e in self_vllm)} %; loadgen {', '.join(f'{e:+.1f}' for e in self_ours)} %")
 
         max_streams = 0
         for level in levels:

@@ -45,6 +45,7 @@ def main() -> int:
         cpu1, wall1 = _cpu(), time.perf_counter()
         print(json.dumps({
             "duration": result["duration"], "completed": result["completed"],
+            "output_tokens": sum(n for n in result["output_lens"] if n),
             "ttfts": [t for t in result["ttfts"] if t], "itls": [g for itl in result["itls"] for g in itl],
             "errors": [e for e in result["errors"] if e][:5], "cpu_seconds": cpu1 - cpu0, "wall_s": wall1 - wall0,
         }), file=out, flush=True)
