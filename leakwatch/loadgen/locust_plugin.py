@@ -182,13 +182,13 @@ class LoadgenRun:
         self.stats.reset()
         self.issued = 0
         self.worker_issued = {}
-        self.cpu_at_start = _cpu_seconds()
         opts = self.options
         if self.role == "master":
             self._broadcast_shares()
         else:
             self._prepare()
         log.info("load shape: %s", opts.describe_shape())
+        self.cpu_at_start = _cpu_seconds()  # the test's CPU, not the corpus building's
         self.timeline_start = time.monotonic()
         if opts.shape == "production-day" and self.role != "master":
             index, count = self.share
