@@ -57,6 +57,7 @@ BENCHES :=
 BENCHES += bench-convert
 BENCHES += bench-exporter
 BENCHES += bench-detection
+BENCHES += bench-loadgen
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -73,3 +74,7 @@ bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLL
 .PHONY: bench-detection
 bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
 	@$(PY) benchmarks/detection.py
+
+.PHONY: bench-loadgen
+bench-loadgen: setup-dev  ## this load generator vs vLLM's benchmark client: TTFT error and streams per process
+	@$(PY) -m leakwatch.loadgen.bench

@@ -72,6 +72,22 @@ def exporter_metrics() -> dict[str, dict]:
     return load_csv(METRICS_DIR / "leakwatch-exporter.csv")
 
 
+def loadgen_metrics() -> dict[str, dict]:
+    """The metrics of the Locust load generator (config/metrics/loadgen.csv)."""
+    return load_csv(METRICS_DIR / "loadgen.csv")
+
+
+def sample_names(contract: dict[str, dict]) -> set[str]:
+    """The sample names a metric list exposes (a histogram as its _bucket, _sum and _count)."""
+    names = set()
+    for name, row in contract.items():
+        if row["type"] == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+        else:
+            names.add(name)
+    return names
+
+
 def exposed_names(text: str) -> set[str]:
     """Every sample name in a Prometheus text exposition (histograms as _bucket/_sum/_count)."""
     names = set()

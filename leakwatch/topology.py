@@ -5,6 +5,8 @@ The one list both runners use: adding a service here adds its scrape job to comp
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .generate.prometheus_config import ScrapeJob
 from .settings import StackSettings
 
@@ -28,11 +30,21 @@ COMPOSE_HOSTS = {
 }
 
 
-def native_jobs(settings: StackSettings) -> list[ScrapeJob]:
-    return [
+# A running load test (`locust -f loadtest/`) writes loadgen-*.json into a targets folder and removes
+# it when it quits (leakwatch.loadgen.discovery): compose reads ./prometheus/targets.
+LOADGEN_JOB = "loadgen"
+LOADGEN_FILES = "loadgen-*.json"
+COMPOSE_TARGETS_DIR = "/etc/prometheus/targets"
+
+
+def native_jobs(settings: StackSettings, targets_dir: Path | None = None) -> list[ScrapeJob]:
+    jobs = [
         ScrapeJob(job, [f"127.0.0.1:{settings.service(service).port}"])
         for job, service in CORE_JOBS.items()
     ]
+    if targets_dir is not None:
+        jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(str(Path(targets_dir) / LOADGEN_FILES),)))
+    return jobs
 
 
 def compose_jobs(settings: StackSettings) -> list[ScrapeJob]:
@@ -42,4 +54,5 @@ def compose_jobs(settings: StackSettings) -> list[ScrapeJob]:
     ]
     dcgm_port = settings.service("dcgm_exporter").default_port
     jobs.append(ScrapeJob("dcgm", [], dns_names=(COMPOSE_HOSTS["dcgm_exporter"],), dns_port=dcgm_port))
+    jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(f"{COMPOSE_TARGETS_DIR}/{LOADGEN_FILES}",)))
     return jobs

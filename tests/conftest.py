@@ -97,10 +97,11 @@ def native_stack():
 @pytest.fixture(scope="session")
 def metric_catalogue(native_stack) -> set[str]:
     """Every metric name the real exporters emit: a live scrape of each target of the running stack
-    (after some traffic, so per-request series exist) plus DCGM's default list (no GPU here)."""
+    (after some traffic, so per-request series exist) plus DCGM's default list (no GPU here) and the
+    load generator's contract."""
     import requests
 
-    from leakwatch.catalogue import dcgm_metrics, scrape_names
+    from leakwatch.catalogue import dcgm_metrics, loadgen_metrics, sample_names, scrape_names
 
     for i in range(3):
         requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
@@ -108,4 +109,6 @@ def metric_catalogue(native_stack) -> set[str]:
     names: set[str] = set()
     for target in native_stack.prometheus.targets():
         names |= scrape_names(target["scrapeUrl"])
-    return names | set(dcgm_metrics())
+    # The load generator's metrics exist only while a load test runs; tests/loadgen checks the
+    # exporter against its CSV, so the CSV stands for them here.
+    return names | set(dcgm_metrics()) | sample_names(loadgen_metrics())

@@ -169,6 +169,9 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             ],
             "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
             "ports": [_port(settings, "prometheus")],
+            # A load test run on the host (`locust -f loadtest/ --prometheus-sd-dir prometheus/targets
+            # --prometheus-sd-host host.docker.internal`) is scraped through this name.
+            "extra_hosts": ["host.docker.internal:host-gateway"],
             "healthcheck": _http_check(f"http://localhost:{prom_port}/-/ready"),
             "restart": "unless-stopped",
         },

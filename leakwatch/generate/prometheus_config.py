@@ -20,6 +20,9 @@ class ScrapeJob:
     # not running has no target at all instead of a target that is down.
     dns_names: tuple[str, ...] = ()
     dns_port: int | None = None
+    # Services that write their own target file while they run (a load test) use file_sd: no file,
+    # no target, so nothing sits `down` when they are not running.
+    file_sd: tuple[str, ...] = ()
 
 
 def prometheus_config(
@@ -47,6 +50,8 @@ def prometheus_config(
                     "replacement": f"$1:{job.dns_port}",
                 }
             ]
+        elif job.file_sd:
+            entry["file_sd_configs"] = [{"files": list(job.file_sd), "refresh_interval": "30s"}]
         else:
             entry["static_configs"] = [{"targets": list(job.targets)}]
         scrape_configs.append(entry)

@@ -33,6 +33,11 @@ class StateLayout:
         return self.root / "models"
 
     @property
+    def targets(self) -> Path:
+        """file_sd target files of services that come and go (a running load test's exporter)."""
+        return self.conf / "targets"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.conf / "supervisord.conf"
 

@@ -172,7 +172,7 @@ class NativeStack:
         settings = self.settings
         prom = prometheus_config(
             settings,
-            native_jobs(settings),
+            native_jobs(settings, self.layout.targets),
             alertmanager_targets=[f"127.0.0.1:{settings.service('alertmanager').port}"],
             rule_files=[rules_glob()],
         )

@@ -1,0 +1,323 @@
+"""`make bench-loadgen`: this load generator against vLLM's own benchmark client, side by side.
+
+One demo vLLM server (prefix caching off, so the second client of a pair gets no cache hits from the
+first), one prompts file both clients read (vLLM's custom-dataset format, fixed input and output
+lengths, completions API, ignore_eos), the same concurrency. The clients run one after the other,
+never together: they share the machine's cores with the server. For each run: client TTFT p50/p90,
+ITL p50, requests/s and the client's CPU, plus the server's own TTFT histogram over that run.
+
+At the reference concurrency (64) the pair runs several times in ABBA order; the error is ours
+relative to vLLM's client, per pair, and its median over the pairs (the load of a shared machine
+drifts between runs; a pair run back to back sees about the same). Then, per concurrency level, whether one load process
+keeps its CPU under 90 % of a core and its TTFT p50 within 10 % of vLLM's client: max_streams is the
+highest level that does. The last line is the summary:
+
+    loadgen: ttft_p50_err_pct=X ttft_p90_err_pct=Y max_streams=N
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import requests
+
+from .. import demo_model
+from .. import profiles as model_profiles
+from ..native.ports import free_port
+from ..paths import REPO_ROOT
+from . import server_metrics
+from .prompts import CorpusBuilder, fixed_lengths
+from .reports import read_request_log
+from .tokens import LocalTokenizer, ServerTokenizer
+
+CPU_LIMIT = 0.90        # of one core
+TTFT_TOLERANCE = 0.10   # for max_streams
+
+
+class AnswerTexts:
+    """Texts of an exact token count, as vLLM's client counts them (the model's own tokenizer)."""
+
+    def __init__(self, counter: LocalTokenizer):
+        self.counter = counter
+        self.cache: dict[int, str] = {}
+
+    def of(self, tokens: int) -> str:
+        if tokens not in self.cache:
+            words = tokens
+            for _ in range(100):
+                text = " the" * words
+                got = self.counter.count(text)
+                if got == tokens:
+                    break
+                words += 1 if got < tokens else -1
+            else:
+                raise SystemExit(f"cannot write an answer of exactly {tokens} tokens")
+            self.cache[tokens] = text
+        return self.cache[tokens]
+
+
+def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
+    profile = model_profiles.load("demo")
+    args = [a for a in model_profiles.vllm_engine_args(profile, str(model_dir)) if a != "--enable-prefix-caching"]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args, "--no-enable-prefix-caching",
+           "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, **model_profiles.vllm_environment(profile)}
+    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"vLLM exited ({proc.returncode}); see {log_path}")
+        try:
+            if requests.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"vLLM not ready after {timeout:.0f} s; see {log_path}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+class VllmClient:
+    """vLLM's benchmark client in a worker process (imported once)."""
+
+    def __init__(self, log_path: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+                                     text=True, bufsize=1)
+        ready = self.proc.stdout.readline()
+        if '"ready"' not in ready:
+            raise SystemExit(f"vLLM's benchmark client did not start; see {log_path}")
+
+    def run(self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int) -> dict:
+        argv = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "demo",
+                "--tokenizer", str(model_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
+                "--disable-shuffle", "--num-prompts", str(requests_n), "--max-concurrency", str(concurrency),
+                "--request-rate", "inf", "--ignore-eos", "--save-detailed", "--disable-tqdm", "--num-warmups", "0",
+                "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,90"]
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("vLLM's benchmark client died; see its log")
+        result = json.loads(line)
+        if "error" in result:
+            raise SystemExit(f"vLLM's benchmark client failed:\n{result['error']}")
+        return {"client": "vllm", "ttfts": result["ttfts"], "itls": result["itls"], "completed": result["completed"],
+                "output_tokens": result["output_tokens"],
+                "duration": result["duration"], "cpu_seconds": result["cpu_seconds"], "errors": result["errors"]}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work: Path) -> dict:
+    out = work / f"loadgen-{concurrency}-{time.monotonic_ns()}"
+    out.mkdir(parents=True)
+    cmd = [str(Path(sys.executable).with_name("locust")), "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
+           "--headless", "--only-summary", "-H", url, "--model", "demo", "--api", "completions",
+           "--prompts-file", str(prompts), "--load-shape", "steady", "-u", str(concurrency), "-r", str(max(concurrency, 1) * 100),
+           "--request-limit", str(requests_n), "--metrics-port", "-1", "--request-log", str(out / "requests.csv"),
+           "--loadgen-summary", str(out / "summary.json"), "--stop-timeout", "60"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=out)
+    (out / "locust.log").write_text(proc.stdout + proc.stderr)
+    rows = read_request_log(out / "requests.csv")
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    if not ok:
+        raise SystemExit(f"the load generator completed no request; see {out / 'locust.log'}")
+    summary = json.loads((out / "summary.json").read_text())
+    starts = [float(r["sent_unix"]) for r in ok]
+    ends = [float(r["sent_unix"]) + float(r["e2e_s"]) for r in ok]
+    itl = summary["workloads"]["file"]["itl"]
+    return {"client": "loadgen", "ttfts": [float(r["ttft_s"]) for r in ok], "itl_p50": itl["p50"],
+            "completed": len(ok), "output_tokens": sum(int(r["output_tokens"]) for r in ok),
+            "duration": max(ends) - min(starts), "cpu_seconds": sum(summary["cpu_seconds"].values()),
+            "errors": sorted({r["outcome"] for r in rows if r["outcome"] != "ok"})}
+
+
+def measure(fn, url: str) -> dict:
+    before = server_metrics.scrape(url)
+    result = fn()
+    after = server_metrics.scrape(url)
+    hist = server_metrics.delta(before.histogram(server_metrics.TTFT), after.histogram(server_metrics.TTFT))
+    result["server_ttft_hist"] = hist
+    return result
+
+
+def figures(runs: list[dict]) -> dict:
+    ttfts = np.concatenate([r["ttfts"] for r in runs])
+    if runs[0]["client"] == "vllm":
+        itl_p50 = float(np.median(np.concatenate([r["itls"] for r in runs])))
+    else:
+        itl_p50 = float(np.median([r["itl_p50"] for r in runs]))
+    completed = sum(r["completed"] for r in runs)
+    duration = sum(r["duration"] for r in runs)
+    hist: dict[float, float] = {}
+    for r in runs:
+        for le, n in r["server_ttft_hist"].items():
+            hist[le] = hist.get(le, 0.0) + n
+    p50 = server_metrics.quantile(hist, 0.5)
+    p90 = server_metrics.quantile(hist, 0.9)
+    return {"ttft_p50": float(np.percentile(ttfts, 50)), "ttft_p90": float(np.percentile(ttfts, 90)),
+            "itl_p50": itl_p50, "req_per_s": completed / duration, "cpu": sum(r["cpu_seconds"] for r in runs) / duration,
+            "server_ttft_p50": p50.estimate if p50 else float("nan"),
+            "server_ttft_p90": p90.estimate if p90 else float("nan"),
+            "requests": completed, "output_tokens": sum(r["output_tokens"] for r in runs),
+            "errors": sorted({str(e).strip().splitlines()[-1][:80] for r in runs for e in r["errors"]})}
+
+
+def line(label: str, f: dict) -> str:
+    return (f"  {label:<8} ttft p50 {f['ttft_p50'] * 1000:8.2f} ms  p90 {f['ttft_p90'] * 1000:8.2f} ms  "
+            f"itl p50 {f['itl_p50'] * 1000:7.3f} ms  {f['req_per_s']:7.1f} req/s  cpu {f['cpu'] * 100:5.1f} %  "
+            f"server ttft p50 {f['server_ttft_p50'] * 1000:7.2f} ms p90 {f['server_ttft_p90'] * 1000:7.2f} ms  "
+            f"({f['requests']} requests, {f['output_tokens']} tokens out"
+            f"{', errors: ' + ', '.join(f['errors']) if f['errors'] else ''})")
+
+
+def err_pct(ours: float, theirs: float) -> float:
+    return (ours - theirs) / theirs * 100
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=64, help="reference concurrency of the accuracy check")
+    parser.add_argument("--repeats", type=int, default=4, help="pairs of runs at the reference concurrency")
+    parser.add_argument("--levels", default="64,128,256,512", help="concurrency levels for max_streams")
+    parser.add_argument("--requests", type=int, default=1024, help="requests per run (at least 4 per stream)")
+    parser.add_argument("--input-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=64, help="mean output length (uniform, +-50 %%)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, request logs)")
+    args = parser.parse_args(argv)
+    levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
+    # A SIGTERM (CI timeout, kill) still stops the server through the `finally` below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    work = Path(tempfile.mkdtemp(prefix="lw-bench-loadgen-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    print(f"bench-loadgen: building the demo model and starting vLLM on {url} (work folder {work})", flush=True)
+    model_dir = demo_model.build(work / "models" / "demo")
+    server = start_server(model_dir, port, work / "vllm.log")
+    vllm_client = None
+    try:
+        wait_ready(url, server, work / "vllm.log")
+        prompts = work / "prompts.jsonl"
+        sharegpt = work / "prompts-sharegpt.json"
+        n_prompts = max([args.requests] + [4 * c for c in levels + [args.concurrency]])
+        builder = CorpusBuilder(fixed_lengths(args.input_tokens, args.output_tokens), ServerTokenizer(url, "demo"),
+                                api="completions", seed=1)
+        corpus = builder.build(n_prompts)
+        # Output lengths vary around the mean, so closed-loop streams do not finish (and restart) in
+        # lockstep waves, which would make TTFT depend on chance wave alignment.
+        rng = random.Random(2)
+        low, high = args.output_tokens // 2, args.output_tokens * 3 // 2
+        for p in corpus:
+            p.output_tokens = rng.randint(low, high)
+        prompts.write_text("".join(p.to_json() + "\n" for p in corpus))
+        # The same prompts, in order, in ShareGPT's layout, which vLLM's client reads without pandas: the
+        # human turn goes to /v1/completions as is, and the output length is the token count of the
+        # answer, written here to be exactly the prompt's output_tokens.
+        answers = AnswerTexts(LocalTokenizer(str(model_dir)))
+        sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": p.text},
+                                                           {"from": "gpt", "value": answers.of(p.output_tokens)}]}
+                                        for p in corpus]))
+        lengths = sorted({p.prompt_tokens for p in corpus})
+        print(f"bench-loadgen: {n_prompts} prompts of {lengths[0]}-{lengths[-1]} tokens (target {args.input_tokens}), "
+              f"{low}-{high} output tokens, completions API, ignore_eos, prefix caching off", flush=True)
+        vllm_client = VllmClient(work / "vllm-client.log")
+
+        def pair(concurrency: int, ours_first: bool = False) -> tuple[dict, dict]:
+            # Enough requests that the first wave (all streams starting at once) is a small part.
+            n = max(args.requests, 4 * concurrency)
+            runs = {"vllm": lambda: vllm_client.run(url, model_dir, sharegpt, n, concurrency),
+                    "loadgen": lambda: run_loadgen(url, prompts, n, concurrency, work)}
+            order = ("loadgen", "vllm") if ours_first else ("vllm", "loadgen")
+            done = {name: measure(runs[name], url) for name in order}
+            return done["vllm"], done["loadgen"]
+
+        pair(min(levels + [args.concurrency]))  # warm-up: first requests compile and fill caches
+
+        results: dict[int, tuple[dict, dict]] = {}
+        # ABBA order, and the error as the median over pairs of per-pair errors: the machine's load
+        # (shared with the server) drifts between runs, and a pair run back to back sees the same.
+        ref_runs = [pair(args.concurrency, ours_first=i % 2 == 1) for i in range(args.repeats)]
+        ref_vllm = figures([t for t, _ in ref_runs])
+        ref_ours = figures([o for _, o in ref_runs])
+        results[args.concurrency] = (ref_vllm, ref_ours)
+        print(f"\n{args.concurrency} streams ({args.repeats} pairs of runs, ABBA order; figures pooled):")
+        print(line("vllm", ref_vllm))
+        print(line("loadgen", ref_ours), flush=True)
+        per_pair = [(figures([o]), figures([t])) for t, o in ref_runs]
+        p50_errs = [err_pct(o["ttft_p50"], t["ttft_p50"]) for o, t in per_pair]
+        p90_errs = [err_pct(o["ttft_p90"], t["ttft_p90"]) for o, t in per_pair]
+        # The server's own TTFT over each run shows whether both clients met the same conditions.
+        drift = [err_pct(o["server_ttft_p50"], t["server_ttft_p50"]) for o, t in per_pair]
+        p50_err, p90_err = float(np.median(p50_errs)), float(np.median(p90_errs))
+        # The noise floor: each client against its own next run (same server, same prompts).
+        theirs_runs, ours_runs = [t for _, t in per_pair], [o for o, _ in per_pair]
+        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(theirs_runs, theirs_runs[1:])]
+        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(ours_runs, ours_runs[1:])]
+        print(f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
+              f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
+              f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "
+              f"{', '.join(f'{e:+.1f}' for e in drift)} %")
+        print(f"  noise floor, ttft p50 of one run against the client's next run: vLLM's client "
+              f"{', '.join(f'{e:+.1f}' for e in self_vllm)} %; loadgen {', '.join(f'{e:+.1f}' for e in self_ours)} %")
+
+        max_streams = 0
+        for level in levels:
+            if level not in results:
+                theirs, ours = pair(level)
+                results[level] = (figures([theirs]), figures([ours]))
+                print(f"\n{level} streams:")
+                print(line("vllm", results[level][0]))
+                print(line("loadgen", results[level][1]), flush=True)
+            v, o = results[level]
+            level_err = p50_err if level == args.concurrency else err_pct(o["ttft_p50"], v["ttft_p50"])
+            ok = o["cpu"] < CPU_LIMIT and abs(level_err) <= TTFT_TOLERANCE * 100 and not o["errors"]
+            print(f"  {level} streams: loadgen cpu {o['cpu'] * 100:.1f} % of a core, ttft p50 {level_err:+.2f} % "
+                  f"vs vLLM's client -> {'holds' if ok else 'over the limits'}", flush=True)
+            if ok:
+                max_streams = max(max_streams, level)
+
+        out = REPO_ROOT / "out"
+        out.mkdir(exist_ok=True)
+        (out / "bench-loadgen.json").write_text(json.dumps(
+            {str(k): {"vllm": v, "loadgen": o} for k, (v, o) in results.items()}, indent=1, default=str))
+        print(f"\nloadgen: ttft_p50_err_pct={p50_err:.2f} ttft_p90_err_pct={p90_err:.2f} max_streams={max_streams}")
+        return 0
+    finally:
+        if vllm_client is not None:
+            vllm_client.close()
+        stop(server)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

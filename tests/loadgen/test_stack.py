@@ -1,0 +1,189 @@
+"""Both load shapes against the real vLLM CPU server of the session stack: 256 streams held, Poisson
+arrivals that pass a goodness-of-fit test, prompt lengths as configured, and client numbers that agree
+with the server's own metrics (TTFT histogram, token counters). Prometheus scrapes the run's metrics
+through its file_sd target while Locust runs, and the target is gone once it quits."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import numpy as np
+import pytest
+import requests
+from scipy import stats
+
+from leakwatch.loadgen import server_metrics
+from leakwatch.loadgen.client import StreamingClient, request_body
+from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder
+from leakwatch.loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
+from leakwatch.loadgen.tokens import ServerTokenizer, probe
+from leakwatch.native.ports import free_port
+
+from .locust_run import finish, run_locust
+
+pytestmark = [pytest.mark.stack]
+
+
+def gauge(text: str, name: str) -> float | None:
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def settle(url: str) -> server_metrics.Snapshot:
+    """vLLM's counters once no request is running any more."""
+    for _ in range(60):
+        snap = server_metrics.scrape(url)
+        if not snap.values.get(server_metrics.RUNNING) and not snap.values.get(server_metrics.WAITING):
+            return snap
+        time.sleep(1)
+    return snap
+
+
+@pytest.mark.slow
+def test_high_concurrency_reaches_and_holds_256_streams(native_stack, tmp_path):
+    url = native_stack.vllm_url
+    exporter = free_port()
+    # Short prompts and outputs so a wave of 256 streams fits the 2-core CPU server; --stop-timeout
+    # lets the ramp-down finish streams instead of cutting them.
+    proc = run_locust(tmp_path, url, "--load-shape", "high-concurrency", "--streams", "256", "--ramp-step", "64",
+                      "--step-duration", "5s", "--hold", "30s", "--stop-timeout", "120", "--prompt-scale", "0.25",
+                      "--max-output-tokens", "256", "--corpus-size", "64", "CreativeWritingUser",
+                      env={"LOCUST_EXPORTER_PORT": str(exporter)}, background=True)
+    server_running, client = [], []
+    deadline = time.monotonic() + 420
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            server_running.append(gauge(requests.get(f"{url}/metrics", timeout=10).text, server_metrics.RUNNING))
+            text = requests.get(f"http://127.0.0.1:{exporter}/metrics", timeout=5).text
+            client.append((gauge(text, "leakwatch_loadgen_users"), gauge(text, "leakwatch_loadgen_streams_in_flight")))
+        except requests.RequestException:
+            pass
+        time.sleep(0.25)
+    run = finish(proc, tmp_path, timeout=60)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.csv("exceptions") == []
+    outcomes = run.outcomes()
+    assert set(outcomes) == {"ok"}, outcomes  # no client-side errors, no stream cut on ramp-down
+    assert run.summary["max_in_flight"] == 256
+    at_top = [streams for users, streams in client if users == 256]
+    assert at_top and statistics.median(at_top) >= 250, client  # the client holds 256 streams open
+    assert max(v for v in server_running if v is not None) == 256, server_running
+    top = [v for v in server_running if v is not None and v > 0]
+    print(f"\nhigh concurrency: {outcomes['ok']} requests; server vllm:num_requests_running max "
+          f"{max(top):.0f}, median while busy {statistics.median(top):.0f}; client streams at 256 users: "
+          f"median {statistics.median(at_top):.0f} over {len(at_top)} samples")
+
+
+@pytest.mark.slow
+def test_production_day_is_poisson_and_agrees_with_the_server(native_stack, tmp_path):
+    url = native_stack.vllm_url
+    prom = native_stack.prometheus
+    before = settle(url)
+    # 1000 requests/day compressed 180x: 6 simulated hours in 2 minutes, ~250 requests at 2.1/s.
+    rate = 1000 / 86400 * 180
+    proc = run_locust(tmp_path, url, "--load-shape", "production-day", "--requests-per-day", "1000",
+                      "--day-length", "6h", "--time-compression", "180", "--seed", "3", "--max-in-flight", "64",
+                      "--max-output-tokens", "64", "--corpus-size", "100", "CreativeWritingUser", background=True)
+    scraped = discovered = False
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        discovered = discovered or bool(prom.query('up{job="loadgen"} == 1'))
+        scraped = scraped or bool(prom.query('sum(leakwatch_loadgen_requests_total{outcome="ok"}) > 0'))
+        time.sleep(2)
+    run = finish(proc, tmp_path, timeout=120)
+    assert run.returncode == 0, run.output[-3000:]
+    after = settle(url)
+    rows = run.requests
+    assert {r["outcome"] for r in rows} == {"ok"}
+
+    # Open-loop Poisson: the gaps between requests as sent are exponential at the configured rate.
+    sent = np.sort(np.array([float(r["sent_unix"]) for r in rows]))
+    gaps = np.diff(sent)
+    ks = stats.kstest(gaps, "expon", args=(0, 1 / rate))
+    lateness = np.array([float(r["queue_delay_s"]) for r in rows])
+    print(f"\nproduction day: {len(rows)} requests, KS p-value {ks.pvalue:.3f} (D={ks.statistic:.4f}) for "
+          f"exponential gaps at {rate:.3f}/s; client queue delay p50 {np.median(lateness) * 1000:.2f} ms, "
+          f"max {lateness.max() * 1000:.1f} ms")
+    assert ks.pvalue > 0.01
+    assert stats.kstest(gaps, "expon", args=(0, 1 / (1.5 * rate))).pvalue < 0.01  # the test can tell rates apart
+    expected = run.summary["schedule"]["expected_arrivals"]
+    assert abs(len(rows) - expected) < 4 * expected ** 0.5
+
+    # Prompt lengths: the server counts exactly what the corpus measured, uniform over 200-800.
+    assert all(int(r["prompt_tokens"]) == int(r["corpus_prompt_tokens"]) for r in rows)
+    corpus = {(r["target_prompt_tokens"], r["prompt_tokens"]) for r in rows}
+    assert all(abs(int(p) - int(t)) <= max(4, 0.01 * int(t)) for t, p in corpus)  # 1 % or a word
+    distinct = np.array([int(p) for _, p in corpus])
+    assert stats.kstest(distinct, "uniform", args=(200, 600)).pvalue > 0.01
+
+    # Output tokens: the client's usage counts equal the server's counters, request for request.
+    assert all(int(r["output_tokens"]) == int(r["max_tokens"]) for r in rows)
+    generated = after.values[server_metrics.GENERATION_TOKENS] - before.values[server_metrics.GENERATION_TOKENS]
+    prompted = after.values[server_metrics.PROMPT_TOKENS] - before.values[server_metrics.PROMPT_TOKENS]
+    assert sum(int(r["output_tokens"]) for r in rows) == generated
+    assert sum(int(r["prompt_tokens"]) for r in rows) == prompted
+
+    # TTFT: the client (which also sees HTTP and the API server) is not faster than the engine.
+    server = server_metrics.quantile(server_metrics.delta(before.histogram(server_metrics.TTFT),
+                                                          after.histogram(server_metrics.TTFT)), 0.5)
+    client_median = float(np.median([float(r["ttft_s"]) for r in rows]))
+    print(f"TTFT median: client {client_median * 1000:.2f} ms, server histogram bucket "
+          f"{server.lower * 1000:g}-{server.upper * 1000:g} ms (interpolated {server.estimate * 1000:.2f} ms): "
+          f"gap {(client_median - server.estimate) * 1000:+.2f} ms")
+    assert client_median >= server.lower
+
+    # Prometheus scraped the run through its file_sd target, which is gone now that Locust quit.
+    assert discovered and scraped
+    assert not list(native_stack.layout.targets.glob("loadgen-*.json"))
+    prom.wait_for('absent(up{job="loadgen"})', timeout=90)
+
+
+def test_code_prompts_fit_the_demo_context_with_the_server_tokenizer(native_stack, tmp_path):
+    url = native_stack.vllm_url
+    info = probe(url)
+    assert info.max_model_len == 2048
+    counter = ServerTokenizer(url, native_stack.model)
+    builder = CorpusBuilder(WORKLOADS["code"], counter, seed=5, scale=0.1, max_model_len=info.max_model_len)
+    corpus = builder.build(150)
+    targets = np.array([p.target_tokens for p in corpus])
+    kind, args = WORKLOADS["code"].input.scipy_args(0.1)
+    assert stats.kstest(targets, kind, args=args).pvalue > 0.01  # log-normal, median 500, p99 4500
+    base = min(p.prompt_tokens for p in corpus)  # the fixed part: system prompt, header, question
+    for p in corpus:
+        assert p.prompt_tokens + p.output_tokens <= 2048
+        room = 2048 - p.output_tokens
+        goal = min(p.target_tokens, room)
+        if goal > base + 50:
+            assert abs(p.prompt_tokens - goal) <= max(60, 0.03 * goal), p  # whole lines of code
+    print(f"\ncode corpus on the demo model: {builder.stats.summary('code', counter, 2048)}")
+    # The server agrees with the corpus on every prompt it serves.
+    run = run_locust(tmp_path, url, "--load-shape", "steady", "-u", "4", "-r", "4", "--request-limit", "24",
+                     "--prompt-scale", "code=0.1", "--max-output-tokens", "16", "--corpus-size", "24",
+                     "CodeAssistanceUser", timeout=300)
+    assert run.returncode == 0, run.output[-3000:]
+    rows = run.requests
+    assert len(rows) == 24 and all(r["prompt_tokens"] == r["corpus_prompt_tokens"] for r in rows)
+    assert len({r["repo"] for r in rows}) < 24  # repositories repeat: shared prefixes
+
+
+def test_a_wrong_model_name_is_a_classified_http_404(native_stack, tmp_path):
+    client = StreamingClient(native_stack.vllm_url, request_timeout=60)
+    result = client.stream("chat", request_body("chat", "no-such-model", [{"role": "user", "content": "hi"}], 4, True))
+    client.close()
+    assert result.outcome == "http_404" and "does not exist" in result.message
+    run = run_locust(tmp_path, native_stack.vllm_url, "--model", "no-such-model", "--load-shape", "steady", "-u", "2",
+                     "--request-limit", "6", "--corpus-size", "3", "--tokenizer", "estimate", timeout=180)
+    assert run.returncode == 1 and run.csv("exceptions") == []
+    assert run.outcomes() == {"http_404": 6}
+    assert "is not served by" in run.output and "fix --model" in run.output
+
+
+def test_client_histograms_use_the_server_s_bucket_edges(native_stack):
+    requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
+                  json={"model": native_stack.model, "prompt": "edges", "max_tokens": 4})
+    snap = server_metrics.scrape(native_stack.vllm_url)
+    for name, ours in ((server_metrics.TTFT, TTFT_BUCKETS), (server_metrics.ITL, ITL_BUCKETS),
+                       ("vllm:e2e_request_latency_seconds", E2E_BUCKETS)):
+        assert sorted(snap.histogram(name))[:-1] == list(ours), name
