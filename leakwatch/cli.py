@@ -13,6 +13,7 @@ COMMANDS = {
     "stack": ("leakwatch.stack", "start, stop and inspect the serving + observability stack"),
     "generate": ("leakwatch.generate.command", "write (or --check) the files generated from config/"),
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
+    "check": ("leakwatch.leakcheck.command", "leak verdict for a window: bytes per request, growth per hour, exit code"),
 }
 
 
