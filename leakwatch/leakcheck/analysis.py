@@ -137,9 +137,9 @@ def _b(value: float) -> str:
     value = abs(value)
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if value < 1000 or unit == "TB":
-            return f"{sign}{value:.3g} {unit}"
+            return f"{sign}{value:.4g} {unit}"
         value /= 1000.0
-    return f"{sign}{value:.3g} TB"
+    return f"{sign}{value:.4g} TB"
 
 
 human_bytes = _b
