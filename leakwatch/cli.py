@@ -14,6 +14,7 @@ COMMANDS = {
     "generate": ("leakwatch.generate.command", "write (or --check) the files generated from config/"),
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
     "check": ("leakwatch.leakcheck.command", "leak verdict for a window: bytes per request, growth per hour, exit code"),
+    "report": ("leakwatch.report.command", "daily or weekly HTML memory report with plots and the leak verdict"),
 }
 
 

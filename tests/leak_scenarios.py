@@ -91,9 +91,10 @@ def make(
     return Scenario(t, requests, start_time, {"api_server": memory})
 
 
-def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:8000") -> str:
+def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:8000",
+                   alerts: tuple[tuple[str, float, float], ...] = ()) -> str:
     """The scenario as vLLM and exporter series (timestamps in seconds, `# EOF` last), for
-    `promtool tsdb create-blocks-from openmetrics`."""
+    `promtool tsdb create-blocks-from openmetrics`; `alerts` (name, from, to) become ALERTS series."""
     lab = f'job="{job}",instance="{instance}"'
     out = [
         "# HELP vllm:request_success_total Count of successfully processed requests.",
@@ -114,5 +115,10 @@ def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:80
         out += [f'leakwatch_process_swap_bytes{{{exp},role="{role}",rank=""}} 0 {t:.3f}' for t in s.t]
     out += ["# HELP node_memory_MemAvailable_bytes Memory available.", "# TYPE node_memory_MemAvailable_bytes gauge"]
     out += [f'node_memory_MemAvailable_bytes{{job="node",instance="127.0.0.1:9100"}} {8e9:.0f} {t:.3f}' for t in s.t]
+    if alerts:
+        out += ["# HELP ALERTS Alerts as Prometheus records them.", "# TYPE ALERTS gauge"]
+        for name, start, end in alerts:
+            out += [f'ALERTS{{alertname="{name}",alertstate="firing",severity="critical"}} 1 {t:.3f}'
+                    for t in s.t if start <= t <= end]
     out.append("# EOF")
     return "\n".join(out) + "\n"

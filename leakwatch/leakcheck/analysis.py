@@ -145,6 +145,14 @@ def _b(value: float) -> str:
 human_bytes = _b
 
 
+def format_hours(hours: float | None) -> str:
+    if hours is None:
+        return "-"
+    if hours > 24 * 365:
+        return "> 1 year"
+    return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.0f} d"
+
+
 def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments, warm: np.ndarray,
                    cfg: CheckConfig, time_scale: float) -> SeriesResult:
     pos, mem = series.aligned(timeline)

@@ -17,7 +17,7 @@ from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..settings import load as load_settings
 from . import config as check_config
-from .analysis import CheckResult, analyse, human_bytes
+from .analysis import CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
 from .window import iso, parse_duration, resolve
 
@@ -88,7 +88,7 @@ def format_text(result: CheckResult) -> str:
         f"{'growth/hour (' + str(conf) + '% CI)':<36} {'now':>9} {'exhausted in':>13}",
     ]
     for r in result.series:
-        hours = "-" if r.hours_to_exhaustion is None else f"{r.hours_to_exhaustion:.1f} h"
+        hours = format_hours(r.hours_to_exhaustion)
         now = "-" if r.current_bytes is None else human_bytes(r.current_bytes)
         lines.append(f"{r.series.key:<28} {r.verdict:<13} {_interval(r.bytes_per_request):<36} "
                      f"{_interval(r.growth_per_hour, '/h'):<36} {now:>9} {hours:>13}")
