@@ -15,6 +15,7 @@ COMMANDS = {
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
     "check": ("leakwatch.leakcheck.command", "leak verdict for a window: bytes per request, growth per hour, exit code"),
     "report": ("leakwatch.report.command", "daily or weekly HTML memory report with plots and the leak verdict"),
+    "heal": ("leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"),
 }
 
 

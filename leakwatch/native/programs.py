@@ -57,7 +57,7 @@ def vllm_program(
 ) -> Program:
     port = settings.service("vllm").port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
-    shutdown_timeout = 20
+    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
