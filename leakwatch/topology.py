@@ -14,6 +14,7 @@ CORE_JOBS = {
     "alertmanager": "alertmanager",
     "node": "node_exporter",
     "vllm": "vllm",
+    "healer": "healer",
 }
 
 # Compose service names (DNS names on the compose network).
@@ -23,6 +24,7 @@ COMPOSE_HOSTS = {
     "node_exporter": "node-exporter",
     "vllm": "vllm",
     "dcgm_exporter": "dcgm-exporter",
+    "healer": "healer",
 }
 
 

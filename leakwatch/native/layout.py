@@ -33,6 +33,15 @@ class StateLayout:
         return self.root / "models"
 
     @property
+    def secrets(self) -> Path:
+        """Private files (0700): the healer's bearer token, shared with Alertmanager."""
+        return self.root / "secrets"
+
+    @property
+    def healer_token(self) -> Path:
+        return self.secrets / "healer-token"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.conf / "supervisord.conf"
 

@@ -125,7 +125,27 @@ def stack_programs(
             health_path="/metrics",
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
+        healer_program(settings, layout),
     ]
+
+
+def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
+    """`leakwatch heal`: restarts this stack's vLLM through supervisord when Alertmanager sends a
+    remediation alert; its token file is the one Alertmanager's webhook reads (0600, secrets/ 0700)."""
+    return Program(
+        name="healer",
+        service="healer",
+        command=[
+            sys.executable, "-m", "leakwatch", "heal",
+            "--listen", settings.bind_address,
+            "--port", str(settings.service("healer").port),
+            "--token-file", str(layout.healer_token),
+            "--supervisor-socket", str(layout.supervisor_socket),
+            "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
+            "--state-file", str(layout.data / "healer" / "state.json"),
+        ],
+        health_path="/healthz",
+    )
 
 
 def rules_glob() -> str:
