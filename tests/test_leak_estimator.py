@@ -17,9 +17,9 @@ from .leak_scenarios import MB, make
 CFG = check_config.load()
 
 
-def check(s, *, time_scale=1.0, cfg=CFG, headroom=None, with_start_time=True):
+def check(s, *, time_compression=1.0, cfg=CFG, headroom=None, with_start_time=True):
     return analyse(s.timeline(with_start_time), s.series(headroom), cfg, start=float(s.t[0]), end=float(s.t[-1]),
-                   step=float(s.t[1] - s.t[0]), time_scale=time_scale)
+                   step=float(s.t[1] - s.t[0]), time_compression=time_compression)
 
 
 def only(result):
@@ -164,10 +164,10 @@ def test_time_to_exhaustion_from_headroom_and_growth():
 
 
 def test_time_compression_scales_growth_to_production_hours():
-    """A drill running a day in 14.4 minutes (time scale 100) reports production-hour figures."""
+    """A drill running a day in 14.4 minutes (time compression 100) reports production-hour figures."""
     fast = make(hours=0.24, step=2, requests_per_s=100 * 1000 / 86400, bytes_per_request=1 * MB, noise=2 * MB,
                 seed=15)
-    r = only(check(fast, time_scale=100))
+    r = only(check(fast, time_compression=100))
     assert r.verdict == LEAK, r.reason
     assert r.bytes_per_request.estimate == pytest.approx(1 * MB, rel=0.05)
     assert r.growth_per_hour.estimate == pytest.approx(1 * MB * 1000 / 24, rel=0.2)

@@ -76,7 +76,7 @@ class CheckResult:
     start: float
     end: float
     step: float
-    time_scale: float
+    time_compression: float
     config: CheckConfig
     timeline: Timeline
     segments: Segments
@@ -91,7 +91,7 @@ class CheckResult:
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "window": {"start": self.start, "end": self.end, "step": self.step},
-            "time_scale": self.time_scale,
+            "time_compression": self.time_compression,
             "thresholds": self.config.as_dict(),
             "restarts": self.segments.restarts,
             "segments": int(self.segments.ids.max()) + 1 if len(self.segments.ids) else 0,
@@ -154,7 +154,7 @@ def format_hours(hours: float | None) -> str:
 
 
 def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments, warm: np.ndarray,
-                   cfg: CheckConfig, time_scale: float) -> SeriesResult:
+                   cfg: CheckConfig, time_compression: float) -> SeriesResult:
     pos, mem = series.aligned(timeline)
     keep = warm[pos] if len(pos) else np.zeros(0, dtype=bool)
     pos, mem = pos[keep], mem[keep]
@@ -183,10 +183,10 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
 
     bpr = request_fit.slope
     # Growth per production hour: wall-clock seconds times the drill's compression.
-    gph = time_fit.slope.scaled(3600.0 / time_scale) if time_fit.ok else NAN_INTERVAL
+    gph = time_fit.slope.scaled(3600.0 / time_compression) if time_fit.ok else NAN_INTERVAL
     unknown = Interval(bpr.estimate, -math.inf, math.inf)
     recent = recent_fit.slope if recent_fit.ok else unknown
-    recent_gph = recent_time_fit.slope.scaled(3600.0 / time_scale) if recent_time_fit.ok else unknown
+    recent_gph = recent_time_fit.slope.scaled(3600.0 / time_compression) if recent_time_fit.ok else unknown
     verdict, reason = _decide(cfg, bpr, gph, recent, recent_gph, _served(req[late], seg[late]))
 
     hours = None
@@ -205,11 +205,11 @@ def overall(verdicts: list[str]) -> str:
 
 
 def analyse(timeline: Timeline, series: list[MemorySeries], cfg: CheckConfig, *, start: float, end: float,
-            step: float, time_scale: float = 1.0) -> CheckResult:
+            step: float, time_compression: float = 1.0) -> CheckResult:
     """The whole check on collected samples; time-based settings are in production seconds."""
     # A hole shorter than a few query steps is the grid, not missing data.
-    segments = segment(timeline, max(cfg.max_gap_seconds / time_scale, 3 * step))
-    warm = warmed_up(timeline, segments, cfg.warmup_seconds / time_scale, cfg.warmup_requests)
-    results = [analyse_series(s, timeline, segments, warm, cfg, time_scale) for s in series]
-    return CheckResult(overall([r.verdict for r in results]), start, end, step, time_scale, cfg,
+    segments = segment(timeline, max(cfg.max_gap_seconds / time_compression, 3 * step))
+    warm = warmed_up(timeline, segments, cfg.warmup_seconds / time_compression, cfg.warmup_requests)
+    results = [analyse_series(s, timeline, segments, warm, cfg, time_compression) for s in series]
+    return CheckResult(overall([r.verdict for r in results]), start, end, step, time_compression, cfg,
                        timeline, segments, results)

@@ -32,8 +32,8 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Prometheus base URL (default: $LEAKWATCH_PROMETHEUS_URL or the stack's own)")
     parser.add_argument("--step", type=parse_duration, default=None, metavar="DURATION",
                         help="query resolution (default: the scrape interval, coarser for long windows)")
-    parser.add_argument("--time-scale", type=float, default=1.0, metavar="FACTOR",
-                        help="time compression of a drill: production seconds per wall-clock second (default 1)")
+    parser.add_argument("--time-compression", type=float, default=1.0, metavar="FACTOR",
+                        help="time compression of a drill, as for Locust: production seconds per wall-clock second (default 1)")
     parser.add_argument("--config", default=str(check_config.CONFIG_FILE), metavar="FILE",
                         help="thresholds file (default config/leak_check.yaml)")
     parser.add_argument("--min-bytes-per-request", type=float, default=None, metavar="BYTES",
@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace, start: float, end: float) -> CheckResult:
     """The one code path `check` and `report` compute their numbers with."""
-    if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
-        raise LeakwatchError(f"--time-scale must be a positive number, not {args.time_scale}")
+    if not (args.time_compression > 0 and math.isfinite(args.time_compression)):
+        raise LeakwatchError(f"--time-compression must be a positive number, not {args.time_compression}")
     cfg = check_config.load(args.config).with_overrides(
         min_bytes_per_request=args.min_bytes_per_request,
         min_growth_bytes_per_hour=args.min_growth_per_hour,
@@ -68,7 +68,7 @@ def run_check(args: argparse.Namespace, start: float, end: float) -> CheckResult
     scrape = parse_duration(load_settings().prometheus["scrape_interval"])
     step = args.step or choose_step(start, end, scrape, cfg.max_points)
     timeline, series = collect(prom, start, end, step)
-    return analyse(timeline, series, cfg, start=start, end=end, step=step, time_scale=args.time_scale)
+    return analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
 
 
 def _interval(iv, unit: str = "") -> str:
@@ -82,7 +82,7 @@ def format_text(result: CheckResult) -> str:
     lines = [
         f"leakwatch check: {result.verdict}",
         f"window {iso(result.start)} .. {iso(result.end)}, step {result.step:g}s, "
-        f"{result.segments.restarts} restart(s), time scale {result.time_scale:g}",
+        f"{result.segments.restarts} restart(s), time compression {result.time_compression:g}",
         "",
         f"{'series':<28} {'verdict':<13} {'bytes/request (' + str(conf) + '% CI)':<36} "
         f"{'growth/hour (' + str(conf) + '% CI)':<36} {'now':>9} {'exhausted in':>13}",

@@ -79,7 +79,7 @@ def render(result: CheckResult, figures: list[tuple[str, str, bytes]], *, title:
 <body>
 <h1>{escape(title)}</h1>
 <p class=sub>{iso(result.start)} .. {iso(result.end)} (UTC), {result.segments.restarts} restart(s),
-resolution {result.step:g} s{'' if result.time_scale == 1 else f', time scale {result.time_scale:g}'}</p>
+resolution {result.step:g} s{'' if result.time_compression == 1 else f', time compression {result.time_compression:g}'}</p>
 <div class=verdict id=verdict style="background:{colour}">{escape(result.verdict)}: {escape(meaning)}</div>
 {_table(data)}
 {figs}
