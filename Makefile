@@ -40,6 +40,10 @@ test: setup-dev  ## run the whole test suite (starts and stops every server it n
 test-fast: setup-dev  ## unit and contract tests only, no real vLLM stack
 	@$(PY) -m pytest -m "not stack"
 
+.PHONY: drill
+drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes)
+	@$(LEAKWATCH) drill
+
 .PHONY: generate lint
 generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.yml, rules, dashboards)
 	@$(LEAKWATCH) generate
@@ -50,8 +54,12 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
-BENCHES :=
+BENCHES := bench-drill
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
+
+.PHONY: bench-drill
+bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error
+	@$(LEAKWATCH) drill

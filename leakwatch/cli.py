@@ -15,6 +15,7 @@ COMMANDS = {
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
     "check": ("leakwatch.leakcheck.command", "leak verdict for a window: bytes per request, growth per hour, exit code"),
     "report": ("leakwatch.report.command", "daily or weekly HTML memory report with plots and the leak verdict"),
+    "drill": ("leakwatch.drill.command", "inject a known leak into the real vLLM and prove detection, healing and estimate"),
     "heal": ("leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"),
 }
 

@@ -1,0 +1,1 @@
+"""Leak drills: inject a known leak into a real server to prove that detection works."""
