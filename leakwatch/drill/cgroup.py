@@ -52,9 +52,14 @@ class MemoryCgroup:
         return self.path / (v1 if self.version == 1 else v2)
 
     def adopt(self, pids: list[int]) -> None:
-        """Moves processes (and, on v1, the memory they already hold) into this cgroup."""
+        """Moves processes (and, where the kernel still supports it on v1, the memory they already
+        hold) into this cgroup. Without moved charges only new allocations count against the
+        limit, so callers set the limit from the processes' own memory, not from usage()."""
         if self.version == 1:
-            (self.path / "memory.move_charge_at_immigrate").write_text("3")
+            try:
+                (self.path / "memory.move_charge_at_immigrate").write_text("3")
+            except OSError:  # deprecated in newer kernels (EINVAL)
+                pass
         for pid in pids:
             try:
                 (self.path / "cgroup.procs").write_text(str(pid))

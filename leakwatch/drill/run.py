@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import requests
 import yaml
 
@@ -72,6 +73,16 @@ class DrillResult:
             return "none" if v is None else f"{v:.{digits}f}"
 
         return f"drill: alert_s={f(self.alert_s)} recover_s={f(self.recover_s)} estimate_err_pct={f(self.estimate_error_pct)}"
+
+
+def pss_total(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
 
 
 class Drill:
@@ -186,8 +197,10 @@ class Drill:
 
             # Leak: vLLM gets a container-like limit, then every request keeps bytes_per_request.
             cgroup = MemoryCgroup.create(f"leakwatch-drill-{os.getpid()}")
-            cgroup.adopt(self.vllm_pids(stack))
-            cgroup.set_limit(cgroup.usage() + cfg.cgroup_headroom_bytes)
+            pids = self.vllm_pids(stack)
+            cgroup.adopt(pids)
+            # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
+            cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + cfg.cgroup_headroom_bytes)
             self.say(f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
                      f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage")
             leak_start = time.time()

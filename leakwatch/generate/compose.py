@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import profiles as model_profiles
 from ..settings import StackSettings, load as load_settings
 from ..topology import compose_jobs
+from .compose_healer import vllm_labels
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -51,6 +52,7 @@ def _gpu_reservation(count: int | str) -> dict:
 def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> tuple[dict, dict]:
     """The profile's vLLM service and the one-shot services it depends on."""
     port = settings.service("vllm").default_port
+    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     prep: dict = {}
     if profile.source == "demo":
         model_path = f"{MODELS_DIR}/demo"
@@ -69,7 +71,12 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
     service: dict = {
         "image": image,
         "profiles": [profile.name],
-        "command": model_profiles.vllm_engine_args(profile, model_path) + ["--host", "0.0.0.0", "--port", str(port)],
+        "command": model_profiles.vllm_engine_args(profile, model_path) + [
+            "--host", "0.0.0.0", "--port", str(port), "--shutdown-timeout", str(shutdown_timeout)],
+        # The healer finds the one vLLM container by this label (through the socket proxy).
+        "labels": vllm_labels(),
+        # SIGTERM, vLLM drains for --shutdown-timeout, then Docker's SIGKILL.
+        "stop_grace_period": f"{shutdown_timeout + 15}s",
         "environment": {
             **model_profiles.vllm_environment(profile),
             "HF_TOKEN": "${HF_TOKEN:-}",
