@@ -85,6 +85,25 @@ def pss_total(pids: list[int]) -> int:
     return total
 
 
+class DrillStack(NativeStack):
+    """The native stack with the exporter's own sampling sped up by the compression: its PSS
+    (smaps) refresh, 60 s in production, would otherwise be two production hours in a drill."""
+
+    compression = 1.0
+
+    def programs(self, profile, vllm_extra_args=None, vllm_extra_env=None):
+        programs = super().programs(profile, vllm_extra_args, vllm_extra_env)
+        out = []
+        for prog in programs:
+            if prog.name == "leakwatch-exporter":
+                extra = ["--sample-interval", f"{max(5.0 / self.compression, 0.5):g}",
+                         "--smaps-interval", f"{max(60.0 / self.compression, 1.0):g}",
+                         "--baseline-idle-wait", f"{max(60.0 / self.compression, 2.0):g}"]
+                prog = dataclasses.replace(prog, command=[*prog.command, *extra])
+            out.append(prog)
+        return out
+
+
 class Drill:
     def __init__(self, cfg: DrillConfig, out=sys.stdout, keep_state: bool = False):
         self.cfg = cfg
@@ -174,7 +193,8 @@ class Drill:
                                  repeat_s=5.0)
         env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
         os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
-        stack = NativeStack(layout, self.settings)
+        stack = DrillStack(layout, self.settings)
+        stack.compression = cfg.time_compression
         cgroup = None
         try:
             self.say(f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "

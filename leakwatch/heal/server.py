@@ -203,6 +203,16 @@ class HealerServer(ThreadingHTTPServer):
     # Bounded concurrency: Alertmanager sends one notification at a time per group.
     request_queue_size = 16
 
+    def handle_error(self, request, client_address):
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            # A client that went away (a scrape that timed out): nothing to fix here.
+            log.debug("client %s went away: %s", client_address[0], exc)
+            return
+        log.exception("unexpected error serving %s", client_address[0])
+
 
 def serve(healer: Healer, host: str, port: int) -> HealerServer:
     return HealerServer((host, port), make_handler(healer))
