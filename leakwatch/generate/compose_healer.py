@@ -48,6 +48,7 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
             # Not published: only Alertmanager and Prometheus reach it, on the compose network.
             "networks": ["default", PROXY_NETWORK],
             "read_only": True,
+            "cap_drop": ["ALL"],  # it only speaks HTTP
             "security_opt": ["no-new-privileges:true"],
             "depends_on": {PROXY_HOST: {"condition": "service_started"}},
             "healthcheck": http_check(f"http://localhost:{port}/healthz", tool="python"),
