@@ -73,6 +73,10 @@ def test_token_file_is_created_private_and_kept(tmp_path):
     first = path.read_text()
     assert len(first.strip()) >= 32
     assert ensure_file(path).read_text() == first
+    # The compose secret: readable by the containers' users, behind a folder only this user enters.
+    shared = ensure_file(tmp_path / "compose-secrets" / "healer-token", mode=0o644)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o644
+    assert stat.S_IMODE(shared.parent.stat().st_mode) == 0o700
 
 
 # -- refusals ------------------------------------------------------------------------------------
