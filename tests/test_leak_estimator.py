@@ -66,6 +66,28 @@ def test_interval_covers_the_truth_under_autocorrelated_noise():
     assert covered / runs >= 0.88, covered / runs
 
 
+def test_a_quiet_process_with_tied_values_gets_a_finite_interval():
+    """A worker whose memory sits on a few values (as RSS does between page faults) is flat, not
+    'autocorrelated': ties must not blow the interval open."""
+    rng = np.random.default_rng(2)
+    t = np.arange(0.0, 130.0, 2.0)
+    y = 733_600_000 + 4096 * rng.choice([0, 0, 0, 0, 1], size=len(t))
+    fit = theil_sen(t, y)
+    assert math.isfinite(fit.slope.low) and math.isfinite(fit.slope.high)
+    assert fit.slope.low <= 0 <= fit.slope.high
+
+
+def test_a_staircase_that_hardly_moves_is_no_leak_by_its_range():
+    """A worker's RSS over two minutes of a drill: a few page-sized steps up, perfectly
+    autocorrelated, so its rank-based intervals are wide; its whole range still rules a leak out."""
+    s = make(hours=2, step=60, requests_per_s=0.05, bytes_per_request=0, noise=0, seed=18)
+    steps = np.cumsum(np.random.default_rng(18).random(len(s.t)) < 0.1) * 4096.0
+    s.memory["api_server"] = 1.8e9 + steps
+    r = only(check(s))
+    assert r.verdict == NO_LEAK, r.reason
+    assert "whole range" in r.reason
+
+
 def test_article_a_leak_is_estimated_within_five_percent():
     s = make(hours=24, step=60, bytes_per_request=6 * MB, noise=30 * MB, ar=0.5, seed=3)
     r = only(check(s))

@@ -2,7 +2,8 @@
 
 Decision rule (per memory series; docs/leak-check.md), with T_req = min_bytes_per_request and
 T_hour = min_growth_bytes_per_hour from config/leak_check.yaml, intervals at verdict.confidence:
-  NO-LEAK       the later part of the window (verdict.recent_fraction) is flat: its bytes/request
+  NO-LEAK       the memory's whole range in each segment is less than T_hour over that segment;
+                or the later part of the window (verdict.recent_fraction) is flat: its bytes/request
                 interval below T_req, or, having served min_requests, its growth/hour interval below
                 T_hour (a step that plateaued is not a leak); or over the whole window the
                 bytes/request interval is below T_req or the growth/hour interval below T_hour;
@@ -107,9 +108,26 @@ def _served(requests: np.ndarray, seg: np.ndarray) -> float:
     return total
 
 
+def _range_rate(t: np.ndarray, mem: np.ndarray, seg: np.ndarray, time_compression: float) -> float:
+    """The largest (max - min) / duration of any segment, in bytes per production hour: no growth
+    in the window can have been faster than the memory's whole excursion allows."""
+    worst = 0.0
+    for s in np.unique(seg):
+        m = seg == s
+        duration_h = (t[m].max() - t[m].min()) * time_compression / 3600.0
+        if duration_h <= 0:
+            return math.inf
+        worst = max(worst, float(mem[m].max() - mem[m].min()) / duration_h)
+    return worst
+
+
 def _decide(cfg: CheckConfig, bpr: Interval, gph: Interval, recent: Interval, recent_gph: Interval,
-            recent_served: float) -> tuple[str, str]:
+            recent_served: float, range_rate: float = math.inf) -> tuple[str, str]:
     t_req, t_hour = cfg.min_bytes_per_request, cfg.min_growth_bytes_per_hour
+    # Magnitude before ranks: a series that hardly moved cannot leak at the threshold's rate, however
+    # its rank statistics look (a quiet process's RSS is a staircase of page faults).
+    if range_rate < t_hour:
+        return NO_LEAK, (f"its whole range moved at most {_b(range_rate)}/h, below {_b(t_hour)}/h")
     # The later part of the window decides whether growth is still going on: a leak keeps growing
     # with every request, a one-time step (a cache filled by a long request) then stays flat.
     recent_flat = recent.high < t_req or (recent_served >= cfg.min_requests and recent_gph.high < t_hour)
@@ -187,7 +205,8 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     unknown = Interval(bpr.estimate, -math.inf, math.inf)
     recent = recent_fit.slope if recent_fit.ok else unknown
     recent_gph = recent_time_fit.slope.scaled(3600.0 / time_compression) if recent_time_fit.ok else unknown
-    verdict, reason = _decide(cfg, bpr, gph, recent, recent_gph, _served(req[late], seg[late]))
+    verdict, reason = _decide(cfg, bpr, gph, recent, recent_gph, _served(req[late], seg[late]),
+                              _range_rate(t, mem, seg, time_compression))
 
     hours = None
     if series.headroom_bytes is not None and math.isfinite(gph.estimate) and gph.estimate > 0:

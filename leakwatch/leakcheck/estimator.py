@@ -70,6 +70,20 @@ def _kendall_variance(x: np.ndarray, y: np.ndarray) -> float:
     return (n * (n - 1) * (2 * n + 5) - _tie_term(x) - _tie_term(y)) / 18.0
 
 
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks with ties averaged: memory that stays on one value for a while (a quiet process, a
+    quantised counter) must not look autocorrelated just because tied values were numbered in order."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(starts) - 1
+    counts = np.bincount(group)
+    average = np.cumsum(counts) - (counts - 1) / 2.0
+    ranks = np.empty(len(values))
+    ranks[order] = average[group]
+    return ranks
+
+
 def _autocorrelation_factor(residuals: np.ndarray) -> float:
     """How much autocorrelation in the residuals inflates the variance of Kendall's S.
 
@@ -82,7 +96,7 @@ def _autocorrelation_factor(residuals: np.ndarray) -> float:
     n = len(residuals)
     if n < 4:
         return 1.0
-    ranks = np.argsort(np.argsort(residuals, kind="stable"), kind="stable").astype(float)
+    ranks = _ranks(residuals)
     ranks -= ranks.mean()
     denom = float(np.dot(ranks, ranks))
     if denom == 0:
