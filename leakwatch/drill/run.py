@@ -116,6 +116,7 @@ class Drill:
         self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
         self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
         self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request)
+        self.episode: list[dict] = []  # the remediation alerts as Alertmanager holds them
 
     def say(self, text: str) -> None:
         print(f"[drill {time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
@@ -170,6 +171,30 @@ class Drill:
                                   "--step", f"{self.cfg.scrape_interval_s:g}s",
                                   "--time-compression", f"{self.cfg.time_compression:g}"])
         return run_check(args, start, end)
+
+    def alertmanager_remediation_alerts(self) -> list[dict]:
+        """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
+        exactly as its webhook sends them."""
+        try:
+            resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
+                                params={"filter": 'remediate="true"', "active": "true"})
+            resp.raise_for_status()
+        except requests.RequestException:
+            return []
+        return [{"status": "firing", "labels": a["labels"], "annotations": a.get("annotations", {}),
+                 "startsAt": a["startsAt"], "endsAt": a.get("endsAt", ""), "generatorURL": a.get("generatorURL", ""),
+                 "fingerprint": a["fingerprint"]} for a in resp.json()]
+
+    def repeat_notification(self) -> list[str]:
+        """What Alertmanager's repeat_interval does: the same notification again. The healer must
+        answer without a second restart."""
+        token = (self.state / "secrets" / "healer-token").read_text().strip()
+        body = {"version": "4", "status": "firing", "receiver": "remediation", "groupKey": "drill-repeat",
+                "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": self.url("alertmanager"),
+                "truncatedAlerts": 0, "alerts": self.episode}
+        resp = requests.post(f"{self.url('healer')}/alerts", json=body, timeout=10,
+                             headers={"Authorization": f"Bearer {token}"})
+        return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
 
     def vllm_pids(self, stack: NativeStack) -> list[int]:
         pids = []
@@ -235,6 +260,8 @@ class Drill:
                 if any(a["metric"].get("remediate") == "true" for a in firing) and remediation_at is None:
                     remediation_at = time.time()
                     self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
+                if remediation_at is not None and not self.episode:
+                    self.episode = self.alertmanager_remediation_alerts()
                 if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
                     restart_at = time.time()
                     self.say("healer began draining and restarting vLLM")
@@ -290,7 +317,19 @@ class Drill:
             time.sleep(1)
         else:
             res.failures.append("host memory did not come back near its pre-leak level")
-        time.sleep(cfg.storm_watch_s)  # Alertmanager repeats every 5 s meanwhile
+        # Alertmanager repeats every 5 s while the alert still fires; the drill also replays the very
+        # notification it sent (same fingerprint and startsAt) in case the alert resolved first.
+        watch_end = time.time() + cfg.storm_watch_s
+        replies = []
+        while time.time() < watch_end:
+            if self.episode:
+                replies += self.repeat_notification()
+            time.sleep(5)
+        if self.episode and not replies:
+            res.failures.append("the healer did not answer the repeated notifications")
+        if any(r not in ("duplicate", "handled_by_restart", "cooldown") for r in replies):
+            res.failures.append(f"repeated notifications got {sorted(set(replies))}")
+        self.say(f"repeated the remediation notification {len(replies)} time(s): {sorted(set(replies))}")
         res.restarts = int(self.healer_metric("leakwatch_healer_restarts_total", result="success"))
         res.notifications = int(sum(self.healer_metric("leakwatch_healer_alerts_total", decision=d)
                                     for d in ("remediate", "duplicate", "handled_by_restart", "in_progress",
