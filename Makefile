@@ -54,11 +54,17 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
-BENCHES := bench-drill
+BENCHES :=
+BENCHES += bench-convert
+BENCHES += bench-drill
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
 	echo "== summary"; for b in $(BENCHES); do tail -n 1 /tmp/leakwatch-$$b.log; done
+
+.PHONY: bench-convert
+bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
+	@$(PY) benchmarks/convert_xglm.py
 
 .PHONY: bench-drill
 bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error

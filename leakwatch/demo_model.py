@@ -11,13 +11,9 @@ import random
 import shutil
 from pathlib import Path
 
-# Sizes chosen for vLLM's CPU backend: its attention kernels reject head_dim 16; 64 works.
-HIDDEN_SIZE = 128
-NUM_HEADS = 2
-NUM_KV_HEADS = 1
-NUM_LAYERS = 2
-MAX_POSITIONS = 2048
-VOCAB_SIZE = 512
+# The model's sizes live in the demo profile's `architecture:` section (serving/profiles/demo.yaml),
+# which the capacity planner reads too.
+PROFILE = "demo"
 SEED = 1234
 
 CHAT_TEMPLATE = (
@@ -55,25 +51,19 @@ def is_complete(out_dir: Path) -> bool:
     return all((out_dir / name).is_file() for name in expected)
 
 
-def build(out_dir: Path, force: bool = False) -> Path:
-    """Writes the model to out_dir (atomically: a half-written folder is never left as complete)."""
-    out_dir = Path(out_dir)
-    if is_complete(out_dir) and not force:
-        return out_dir
+def build_tokenizer(out_dir: Path, vocab_size: int, max_length: int):
+    """Trains the byte-level BPE tokenizer (<unk>=0, <s>=1, </s>=2, a chat template) and saves it.
 
-    import torch
+    Also used by tests that need a real tokenizer for another tiny model (the XGLM converter's).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tmp_dir = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    tmp_dir.mkdir(parents=True)
+    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=["<unk>", "<s>", "</s>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
@@ -83,26 +73,48 @@ def build(out_dir: Path, force: bool = False) -> Path:
         bos_token="<s>",
         eos_token="</s>",
         unk_token="<unk>",
-        model_max_length=MAX_POSITIONS,
+        model_max_length=max_length,
     )
     fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(tmp_dir)
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def build(out_dir: Path, force: bool = False) -> Path:
+    """Writes the model to out_dir (atomically: a half-written folder is never left as complete)."""
+    out_dir = Path(out_dir)
+    if is_complete(out_dir) and not force:
+        return out_dir
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .profiles import load as load_profile
+
+    arch = load_profile(PROFILE).architecture
+    tmp_dir = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    tmp_dir.mkdir(parents=True)
+
+    fast = build_tokenizer(tmp_dir, arch["vocab_size"], arch["max_position_embeddings"])
 
     torch.manual_seed(SEED)
+    dtype = getattr(torch, arch["dtype"])
     config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=HIDDEN_SIZE * 4,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        max_position_embeddings=MAX_POSITIONS,
+        vocab_size=arch["vocab_size"],
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_attention_heads"],
+        num_key_value_heads=arch["num_kv_heads"],
+        head_dim=arch["head_dim"],
+        max_position_embeddings=arch["max_position_embeddings"],
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         tie_word_embeddings=False,
-        torch_dtype="bfloat16",
+        torch_dtype=arch["dtype"],
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(dtype)
     model.save_pretrained(tmp_dir)
 
     files = sorted(p.name for p in tmp_dir.iterdir())
@@ -110,7 +122,6 @@ def build(out_dir: Path, force: bool = False) -> Path:
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp_dir.rename(out_dir)
     return out_dir
-
 
 
 def add_arguments(parser) -> None:

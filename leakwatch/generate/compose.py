@@ -54,8 +54,8 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
     port = settings.service("vllm").default_port
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     prep: dict = {}
+    model_path = model_profiles.model_path(profile, MODELS_DIR)
     if profile.source == "demo":
-        model_path = f"{MODELS_DIR}/demo"
         prep["demo-model"] = {
             "image": settings.service("vllm").extra["cpu_image"],
             "profiles": [profile.name],
@@ -64,8 +64,21 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
             "volumes": [f".:{SOURCE_DIR}:ro", f"models:{MODELS_DIR}"],
             "restart": "no",
         }
-    else:
-        model_path = profile.model["id"]
+    elif profile.source == "converted":
+        # Downloads the source into the shared Hugging Face cache and writes the converted folder
+        # to the models volume; a verified earlier conversion makes it exit 0 at once.
+        convert = profile.convert
+        prep[convert["service"]] = {
+            "image": settings.service("vllm").image,
+            "profiles": [profile.name],
+            "entrypoint": [
+                "python3", "-m", model_profiles.CONVERTERS[convert["tool"]],
+                profile.model["id"], model_path, "--revision", profile.model["revision"],
+            ],
+            "environment": {"PYTHONPATH": SOURCE_DIR, "HF_TOKEN": "${HF_TOKEN:-}"},
+            "volumes": [f".:{SOURCE_DIR}:ro", f"models:{MODELS_DIR}", "hf-cache:/root/.cache/huggingface"],
+            "restart": "no",
+        }
 
     image = settings.service("vllm").image if profile.needs_gpu else settings.service("vllm").extra["cpu_image"]
     service: dict = {
