@@ -50,6 +50,7 @@ generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.ym
 
 lint: setup-dev  ## check generated files are fresh and the configs are valid
 	@$(LEAKWATCH) generate --check
+	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
 	@amtool check-config alertmanager/alertmanager.yml
 
@@ -57,6 +58,7 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 BENCHES :=
 BENCHES += bench-convert
 BENCHES += bench-drill
+BENCHES += bench-exporter
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -69,3 +71,6 @@ bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, besi
 .PHONY: bench-drill
 bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error
 	@$(LEAKWATCH) drill
+.PHONY: bench-exporter
+bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
+	@$(PY) benchmarks/exporter.py

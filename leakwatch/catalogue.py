@@ -87,3 +87,28 @@ def scrape_names(url: str, timeout: float = 10.0) -> set[str]:
     resp = requests.get(url, timeout=timeout)
     resp.raise_for_status()
     return exposed_names(resp.text)
+
+
+# Series Prometheus makes itself instead of scraping them: scrape metadata per target, alert state.
+PROMETHEUS_SYNTHETIC = {
+    "up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
+    "scrape_series_added", "ALERTS", "ALERTS_FOR_STATE",
+}
+
+
+def recorded_names(rules_dir: Path | None = None) -> set[str]:
+    """Names the project's recording rules create (prometheus/rules/*.yml)."""
+    import yaml
+
+    from .paths import RULES_DIR
+
+    names = set()
+    for path in sorted((rules_dir or RULES_DIR).glob("*.yml")):
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
+            names.update(rule["record"] for rule in group.get("rules", []) if "record" in rule)
+    return names
+
+
+def gpu_only_names() -> set[str]:
+    """Series that exist only on a GPU host: DCGM's, and our exporter's per-GPU (NVML) series."""
+    return set(dcgm_metrics()) | {name for name, row in exporter_metrics().items() if "gpu" in row["labels"]}

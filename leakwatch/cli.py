@@ -19,6 +19,8 @@ COMMANDS = {
     "heal": ("leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"),
     "plan": ("leakwatch.plan", "capacity of a model profile: weights, KV cache, concurrent sequences"),
     "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
+    "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
+    "dashboards": ("leakwatch.dashboards.command", "validate the Grafana dashboards or check their queries against a Prometheus"),
 }
 
 

@@ -58,6 +58,10 @@ class Prometheus:
     def alerts(self) -> list[dict]:
         return self._get("/api/v1/alerts")["alerts"]
 
+    def label_values(self, label: str, selector: str, start: float, end: float) -> list[str]:
+        """Values of `label` on the series `selector` selects in [start, end] (Grafana's label_values)."""
+        return self._get(f"/api/v1/label/{label}/values", **{"match[]": selector, "start": start, "end": end})
+
     def series_names(self) -> set[str]:
         return set(self._get("/api/v1/label/__name__/values"))
 

@@ -15,6 +15,7 @@ CORE_JOBS = {
     "node": "node_exporter",
     "vllm": "vllm",
     "healer": "healer",
+    "leakwatch": "leakwatch_exporter",
 }
 
 # Compose service names (DNS names on the compose network).
@@ -25,6 +26,7 @@ COMPOSE_HOSTS = {
     "vllm": "vllm",
     "dcgm_exporter": "dcgm-exporter",
     "healer": "healer",
+    "leakwatch_exporter": "leakwatch-exporter",  # network alias of the selected profile's exporter
 }
 
 

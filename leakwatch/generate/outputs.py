@@ -20,9 +20,12 @@ source with 127.0.0.1 targets.
 
 def outputs() -> dict[Path, Callable[[], str]]:
     """Generated file -> function returning its exact content."""
+    from ..dashboards.files import generated_files as grafana_files  # needs grafana-foundation-sdk
+
     return {
         REPO_ROOT / "compose.yaml": lambda: yamlfmt.dump(compose_document(), COMPOSE_HEADER),
         PROMETHEUS_DIR / "prometheus.yml": lambda: yamlfmt.dump(compose_prometheus_config(), PROMETHEUS_HEADER),
+        **grafana_files(),
     }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import profiles as model_profiles
 from ..errors import LeakwatchError
+from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR, ALERTMANAGER_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
@@ -125,6 +126,7 @@ def stack_programs(
             health_path="/metrics",
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
+        exporter_program(settings, layout),
         healer_program(settings, layout),
     ]
 
@@ -145,6 +147,23 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--state-file", str(layout.data / "healer" / "state.json"),
         ],
         health_path="/healthz",
+    )
+
+
+def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
+    """`leakwatch exporter` watching this stack's vLLM (it is healthy before vLLM is: vLLM's state
+    is one of its metrics)."""
+    return Program(
+        name="leakwatch-exporter",
+        service="leakwatch_exporter",
+        command=[
+            sys.executable, "-m", "leakwatch", "exporter",
+            "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
+            "--listen-address", settings.bind_address,
+            "--port", str(settings.service("leakwatch_exporter").port),
+            "--state-file", str(layout.data / "leakwatch-exporter.json"),
+        ],
+        health_path=HEALTH_PATH,
     )
 
 

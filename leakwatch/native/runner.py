@@ -240,6 +240,7 @@ class NativeStack:
             "alertmanager": f"http://{host}:{p.get('alertmanager')}",
             "node_exporter": f"http://{host}:{p.get('node_exporter')}/metrics",
             "healer": f"http://{host}:{p.get('healer')}",
+            "leakwatch_exporter": f"http://{host}:{p.get('leakwatch_exporter')}/metrics",
         }
 
     def _print_urls(self, profile, out) -> None:
@@ -251,6 +252,7 @@ class NativeStack:
             f"  Alertmanager      {u['alertmanager']}\n"
             f"  node exporter     {u['node_exporter']}\n"
             f"  healer            {u['healer']}/alerts  (token: {self.layout.healer_token})\n"
+            f"  memory exporter   {u['leakwatch_exporter']}\n"
             f"  Grafana           not run natively (no Grafana package here); use STACK=compose on a Docker host,\n"
             f"                    or import grafana/dashboards/*.json into your Grafana\n"
             f"  logs              {self.layout.logs}  (make logs)\n"

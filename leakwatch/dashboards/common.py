@@ -1,0 +1,52 @@
+"""Variables and annotations several dashboards share."""
+
+from __future__ import annotations
+
+from .kit import Annotation, Query, Variable
+from .promql import VLLM, VLLM_PROCESS, quantile
+
+MODEL = Variable(
+    name="model",
+    label="Model",
+    selector="vllm:num_requests_running",
+    label_name="model_name",
+    description="The served model name(s) (vLLM's model_name label).",
+)
+INSTANCE = Variable(
+    name="instance",
+    label="vLLM instance",
+    selector='vllm:num_requests_running{model_name=~"$model"}',
+    label_name="instance",
+    description="The vLLM server(s) serving the selected models, as Prometheus scrapes them.",
+)
+
+FIRING_ALERTS = Annotation(
+    name="Firing alerts",
+    expr='ALERTS{alertstate="firing"}',
+    title_format="{{alertname}}",
+    text_format="{{severity}}: {{alertname}}",
+    tag_keys="alertname,severity",
+    colour="red",
+)
+VLLM_RESTARTS = Annotation(
+    name="vLLM restarts",
+    expr=f"changes(process_start_time_seconds{{{VLLM_PROCESS}}}[2m]) > 0",
+    title_format="vLLM restarted",
+    text_format="new API-server process on {{instance}}",
+    tag_keys="instance",
+    colour="orange",
+)
+
+
+def percentiles(histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name",
+                selector: str = VLLM) -> tuple[Query, ...]:
+    """One query per percentile of a histogram, legends such as "p90 demo"."""
+    label = f" {{{{{by}}}}}" if by else ""
+    return tuple(Query(quantile(q, histogram, by, selector), f"{prefix}p{round(q * 100)}{label}") for q in qs)
+
+
+def running_and_waiting(prefix: str = "") -> tuple[Query, Query]:
+    return (
+        Query(f"sum(vllm:num_requests_running{{{VLLM}}})", f"{prefix}running"),
+        Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", f"{prefix}waiting"),
+    )

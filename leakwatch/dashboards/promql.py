@@ -1,0 +1,103 @@
+"""PromQL building blocks the dashboards share, and Grafana's variable expansion for the checks.
+
+Grafana sends a panel's query with its variables replaced; the contract and end-to-end tests do the
+same replacement (`expand`) before handing a query to promtool or to the real Prometheus.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..topology import CORE_JOBS
+
+VLLM_JOB = next(job for job, service in CORE_JOBS.items() if service == "vllm")
+NODE_JOB = next(job for job, service in CORE_JOBS.items() if service == "node_exporter")
+
+# vLLM's own series carry model_name; the dashboards filter them by the model and instance variables.
+VLLM = 'model_name=~"$model", instance=~"$instance"'
+# prometheus_client's process_* and python_gc_* collectors in vLLM describe the API-server process.
+VLLM_PROCESS = f'job="{VLLM_JOB}", instance=~"$instance"'
+NODE = f'job="{NODE_JOB}"'
+# The OpenAI API's own endpoints (not /metrics or /health) as vLLM's HTTP instrumentator labels them.
+VLLM_API = f'{VLLM_PROCESS}, handler=~"/v1/.*"'
+GPU = 'gpu=~"$gpu"'
+
+MIB = 1048576
+# Forecasts are capped so a flat or shrinking series shows as "not growing" instead of infinity.
+FORECAST_CAP_S = 30 * 86400
+
+
+def rate(metric: str, selector: str = VLLM) -> str:
+    return f"rate({metric}{{{selector}}}[$__rate_interval])" if selector else f"rate({metric}[$__rate_interval])"
+
+
+def quantile(q: float, histogram: str, by: str = "model_name", selector: str = VLLM) -> str:
+    """A percentile from a Prometheus histogram (vLLM's by default), per `by` label ("" for one
+    overall figure)."""
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, sum by ({group}) ({rate(histogram + '_bucket', selector)}))"
+
+
+def per_process(selector: str) -> str:
+    """Series labelled role and rank, with a `process` label such as "worker 0" for legends: rank is
+    empty (so absent) outside the workers, and Grafana prints a missing label's name."""
+    return f'label_join({selector}, "process", " ", "role", "rank")'
+
+
+def ratio(numerator: str, denominator: str) -> str:
+    return f"({numerator}) / ({denominator})"
+
+
+def failed_api_calls(by: str = "") -> str:
+    """Non-2xx answers of the OpenAI API per second (4xx: bad requests, 5xx: server failures)."""
+    grouping = f" by ({by}) " if by else ""
+    return f'sum{grouping}(rate(http_requests_total{{{VLLM_API}, status!="2xx"}}[$__rate_interval]))'
+
+
+# -- Grafana's variable expansion ----------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
+
+
+def grafana_step(range_s: float, scrape_interval_s: float, max_points: int = 1000) -> int:
+    """Roughly Grafana's $__interval: the range over the points a panel draws, never below a scrape."""
+    return int(max(scrape_interval_s, math.ceil(range_s / max_points)))
+
+
+def rate_interval(step_s: float, scrape_interval_s: float) -> int:
+    """Grafana's $__rate_interval: max($__interval + scrape interval, 4 x scrape interval)."""
+    return int(max(step_s + scrape_interval_s, 4 * scrape_interval_s))
+
+
+def expand(expr: str, values: dict[str, str], range_s: float, step_s: float, scrape_interval_s: float) -> str:
+    """`expr` with Grafana's built-in and the dashboard's template variables replaced.
+
+    `values` maps variable names to what Grafana would put in the query (a regex for multi-value
+    variables). An unknown variable raises KeyError, so a typo in a query cannot pass unnoticed."""
+    builtins = {
+        "__rate_interval": f"{rate_interval(step_s, scrape_interval_s)}s",
+        "__interval": f"{int(step_s)}s",
+        "__range": f"{int(range_s)}s",
+        "__range_s": str(int(range_s)),
+    }
+
+    def replace(match: re.Match) -> str:
+        name = next(group for group in match.groups() if group)
+        return builtins[name] if name in builtins else values[name]
+
+    return _VARIABLE.sub(replace, expr)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Prometheus/Grafana duration such as 24h, 90m or now-6h's 6h."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    total, pos = 0.0, 0
+    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)", text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * units[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {text!r}")
+    return total

@@ -1,0 +1,53 @@
+"""Memory charged to the cgroup of vLLM's API server, and that cgroup's limit.
+
+cgroup v2 (memory.current / memory.max) is read where the process's unified hierarchy has the memory
+controller, at <root>/<path> or, on hybrid hosts, <root>/unified/<path>; otherwise cgroup v1's
+memory hierarchy (memory.usage_in_bytes / memory.limit_in_bytes). In compose the exporter runs with
+`cgroup: host`, so the path in /proc/<pid>/cgroup resolves under its /sys/fs/cgroup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .procfs import ProcFS
+
+# cgroup v1 reports "no limit" as the largest page-aligned counter value (9223372036854771712 on
+# 4 KiB pages); anything from 2^62 up is unlimited in practice.
+V1_UNLIMITED = 1 << 62
+
+
+@dataclass(frozen=True)
+class CgroupMemory:
+    usage: int
+    limit: int | None  # None: unlimited
+
+
+class CgroupReader:
+    def __init__(self, procfs: ProcFS, root: str | Path = "/sys/fs/cgroup"):
+        self.procfs = procfs
+        self.root = Path(root)
+
+    def _dir(self, *parts: str) -> Path:
+        return self.root.joinpath(*(p.strip("/") for p in parts if p.strip("/")))
+
+    def read(self, pid: int) -> CgroupMemory | None:
+        """None when the process has no memory cgroup to report (e.g. the v2 root cgroup)."""
+        entries = self.procfs.cgroups(pid)
+        for entry in entries:
+            if entry.hierarchy == "0" and not entry.controllers:
+                for base in ("", "unified"):
+                    directory = self._dir(base, entry.path)
+                    if (directory / "memory.current").exists():
+                        usage = int((directory / "memory.current").read_text())
+                        limit = (directory / "memory.max").read_text().strip()
+                        return CgroupMemory(usage, None if limit == "max" else int(limit))
+        for entry in entries:
+            if "memory" in entry.controllers:
+                directory = self._dir("memory", entry.path)
+                if (directory / "memory.usage_in_bytes").exists():
+                    usage = int((directory / "memory.usage_in_bytes").read_text())
+                    limit = int((directory / "memory.limit_in_bytes").read_text())
+                    return CgroupMemory(usage, None if limit >= V1_UNLIMITED else limit)
+        return None

@@ -1,0 +1,121 @@
+"""RSS, swap, USS and PSS per role from fixture /proc trees, and the cgroup readings."""
+
+from __future__ import annotations
+
+from leakwatch.exporter.cgroup import CgroupReader
+from leakwatch.exporter.discovery import Discovery
+from leakwatch.exporter.host_memory import HostMemory
+from leakwatch.exporter.procfs import ProcFS
+
+from .support import KIB, VLLM_PORT, FakeClock, cgroup_tree, proc_tree
+
+
+def read(proc, clock=None, interval=60.0):
+    procfs = ProcFS(proc)
+    tree = Discovery(procfs, VLLM_PORT).find()
+    errors = []
+    memory = HostMemory(procfs, interval, clock or FakeClock())
+    return memory, tree, errors
+
+
+def test_sums_per_role_and_rank(tmp_path):
+    memory, tree, errors = read(proc_tree(tmp_path))
+    reading = memory.read(tree, errors.append)
+    assert errors == []
+    assert reading.rss == {
+        ("api_server", ""): 600000 * KIB, ("other", ""): 13000 * KIB, ("engine_core", ""): 620000 * KIB,
+        ("worker", "0"): 1700000 * KIB, ("worker", "1"): 1710000 * KIB,
+    }
+    assert reading.swap[("worker", "0")] == 4096 * KIB and reading.swap[("worker", "1")] == 0
+    assert reading.pss[("api_server", "")] == 500000 * KIB
+    # USS = private clean + private dirty (+ private hugetlb), as psutil defines it.
+    assert reading.uss[("worker", "1")] == (2000 + 1510000) * KIB
+    # The leak measure: RSS + swap per role, workers of all ranks together.
+    assert reading.resident_plus_swap_by_role()["worker"] == (1700000 + 4096 + 1710000) * KIB
+    assert reading.resident_plus_swap_by_role()["api_server"] == (600000 + 2048) * KIB
+
+
+def test_smaps_is_cached_for_its_interval(tmp_path):
+    proc = proc_tree(tmp_path)
+    clock = FakeClock()
+    memory, tree, errors = read(proc, clock, interval=60)
+    assert memory.read(tree, errors.append).pss[("engine_core", "")] == 480000 * KIB
+    rollup = proc / "102" / "smaps_rollup"
+    rollup.write_text(rollup.read_text().replace("Pss:              480000 kB", "Pss:              490000 kB"))
+    (proc / "102" / "status").write_text((proc / "102" / "status").read_text().replace("620000", "630000"))
+    clock.advance(59)
+    reading = memory.read(tree, errors.append)
+    assert reading.pss[("engine_core", "")] == 480000 * KIB   # cached
+    assert reading.rss[("engine_core", "")] == 630000 * KIB   # RSS is read on every scrape
+    clock.advance(1)
+    assert memory.read(tree, errors.append).pss[("engine_core", "")] == 490000 * KIB
+
+
+def test_zero_interval_reads_smaps_every_time(tmp_path):
+    proc = proc_tree(tmp_path)
+    memory, tree, errors = read(proc, interval=0)
+    memory.read(tree, errors.append)
+    rollup = proc / "102" / "smaps_rollup"
+    rollup.write_text(rollup.read_text().replace("Pss:              480000 kB", "Pss:              1 kB"))
+    assert memory.read(tree, errors.append).pss[("engine_core", "")] == KIB
+
+
+def test_a_failed_read_drops_that_roles_metric_and_is_reported(tmp_path):
+    proc = proc_tree(tmp_path)
+    (proc / "104" / "smaps_rollup").write_text("garbage\n")
+    memory, tree, errors = read(proc)
+    reading = memory.read(tree, errors.append)
+    assert len(errors) == 1 and "Pss" in str(errors[0])
+    assert ("worker", "1") not in reading.pss and ("worker", "1") not in reading.uss
+    assert reading.rss[("worker", "1")] == 1710000 * KIB   # RSS still read
+    assert ("worker", "0") in reading.pss
+
+
+def test_an_exited_process_is_not_an_error(tmp_path):
+    proc = proc_tree(tmp_path)
+    memory, tree, errors = read(proc)
+    for name in ("status", "smaps_rollup", "stat", "cmdline"):
+        (proc / "101" / name).unlink()
+    reading = memory.read(tree, errors.append)
+    assert errors == [] and ("other", "") not in reading.rss
+
+
+def test_cgroup_v2_with_a_limit(tmp_path):
+    reader = CgroupReader(ProcFS(proc_tree(tmp_path)), cgroup_tree(tmp_path))
+    memory = reader.read(100)
+    assert (memory.usage, memory.limit) == (4 << 30, 16 << 30)
+
+
+def test_cgroup_v2_unlimited(tmp_path):
+    reader = CgroupReader(ProcFS(proc_tree(tmp_path)), cgroup_tree(tmp_path))
+    memory = reader.read(300)  # in /user.slice, memory.max = max
+    assert (memory.usage, memory.limit) == (1000, None)
+
+
+def test_cgroup_v1_on_a_hybrid_host(tmp_path):
+    proc = proc_tree(tmp_path)
+    (proc / "100" / "cgroup").write_text("9:name=systemd:/\n4:memory:/docker/abc\n1:cpu:/\n0::/\n")
+    root = tmp_path / "cgroup-v1"
+    (root / "memory" / "docker" / "abc").mkdir(parents=True)
+    (root / "unified").mkdir()
+    (root / "memory" / "docker" / "abc" / "memory.usage_in_bytes").write_text("2818674688\n")
+    (root / "memory" / "docker" / "abc" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    memory = CgroupReader(ProcFS(proc), root).read(100)
+    assert (memory.usage, memory.limit) == (2818674688, None)
+    (root / "memory" / "docker" / "abc" / "memory.limit_in_bytes").write_text("8589934592\n")
+    assert CgroupReader(ProcFS(proc), root).read(100).limit == 8 << 30
+
+
+def test_cgroup_v2_under_unified_on_a_hybrid_host(tmp_path):
+    proc = proc_tree(tmp_path)
+    root = tmp_path / "hybrid"
+    (root / "unified" / "system.slice" / "vllm.service").mkdir(parents=True)
+    (root / "unified" / "system.slice" / "vllm.service" / "memory.current").write_text("123\n")
+    (root / "unified" / "system.slice" / "vllm.service" / "memory.max").write_text("max\n")
+    assert CgroupReader(ProcFS(proc), root).read(100).usage == 123
+
+
+def test_no_memory_cgroup_means_no_reading(tmp_path):
+    proc = proc_tree(tmp_path)
+    (proc / "100" / "cgroup").write_text("0::/\n")  # v2 root cgroup: no memory.current there
+    assert CgroupReader(ProcFS(proc), tmp_path / "empty").read(100) is None

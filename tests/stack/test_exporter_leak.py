@@ -1,0 +1,232 @@
+"""A real vLLM server with a known leak injected through its own --middleware option: the exporter's
+growth per request against the truth, a non-leaking control run, a vLLM restart, and the live
+exporter's metric families against config/metrics/leakwatch-exporter.csv.
+
+One vLLM start plus one restart for the whole module (each costs ~40 s or more here)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from leakwatch.catalogue import exporter_metrics
+from leakwatch.native.ports import free_port
+
+from ..conftest import running_native_stack
+from ..exporter.support import Scraped
+
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
+
+MIB = 1 << 20
+LEAK_BYTES = 2 * MIB   # what the middleware keeps per /v1 request: the truth
+NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
+MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
+# Families that may be absent, and the fact that decides it here (checked both ways below).
+GPU_FAMILIES = {
+    "leakwatch_gpu_memory_used_bytes", "leakwatch_gpu_memory_total_bytes", "leakwatch_gpu_process_memory_bytes",
+    "leakwatch_gpu_memory_baseline_bytes", "leakwatch_gpu_memory_growth_bytes",
+    "leakwatch_gpu_memory_growth_per_request_bytes", "leakwatch_vram_retention_ratio",
+}
+
+
+@pytest.fixture(scope="module")
+def leaky_stack():
+    with running_native_stack(
+        "lw-leak-",
+        vllm_extra_args=["--middleware", MIDDLEWARE],
+        vllm_extra_env={"LEAKWATCH_LEAK_BYTES_PER_REQUEST": str(LEAK_BYTES), "LEAKWATCH_LEAK_MODE": "keep"},
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def exporter(leaky_stack, tmp_path_factory):
+    """A second `leakwatch exporter` on the same vLLM with test-speed settings (the stack's own one
+    keeps the defaults: 5 s samples, 30 s idle before a retention ratio)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("exporter") / "exporter.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", leaky_stack.vllm_url,
+             "--listen-address", "127.0.0.1", "--port", str(port),
+             "--warmup-requests", "5", "--sample-interval", "0.5", "--retention-idle", "3",
+             "--smaps-interval", "0"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_for(lambda: _reachable(url), 60, f"exporter did not start: {log}")
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, Path(log).read_text()[-3000:]
+
+
+def _reachable(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=10).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def wait_for(predicate, timeout: float, message: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(message)
+        time.sleep(interval)
+
+
+def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32) -> None:
+    def one(i):
+        resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=120,
+                             headers={"X-Leakwatch-Leak-Mode": mode},
+                             json={"model": stack.model, "prompt": f"leak drill {i}", "max_tokens": max_tokens})
+        assert resp.status_code == 200, resp.text
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(n)))
+
+
+def baseline_ready(url: str) -> Scraped | None:
+    scraped = Scraped.get(url)
+    return scraped if scraped.value("leakwatch_baseline_ready") == 1 else None
+
+
+def idle_ratio_after(url: str, since: float) -> Scraped:
+    """The first scrape whose host retention ratio for the API server was computed after `since`."""
+    def ready():
+        scraped = Scraped.get(url)
+        ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
+        return scraped if ratio is not None and time.monotonic() > since else None
+
+    return wait_for(ready, 60, "no retention ratio after the burst")
+
+
+def api_server_pids(stack) -> set[int]:
+    return {p.pid for p in stack.stack.processes() if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())}
+
+
+def test_control_run_without_a_leak(leaky_stack, exporter):
+    """The same server, traffic and allocations, released after each request: nothing is retained."""
+    send(leaky_stack, 10, "release")
+    start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after warm-up")
+    assert start.value("leakwatch_processes", role="worker") == 1
+    burst_started = time.monotonic()
+    send(leaky_stack, 200, "release", concurrency=16)
+    time.sleep(4)  # idle longer than --retention-idle
+    scraped = idle_ratio_after(exporter, burst_started + 3)
+    ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
+    served = scraped.value("leakwatch_requests_since_baseline")
+    per_request = scraped.value("leakwatch_host_memory_growth_per_request_bytes", role="api_server")
+    print(f"control: retention {ratio:.3f}, growth per request {per_request:.0f} B over {served:.0f} requests")
+    assert ratio < 0.30
+    assert served >= 200
+    for role in ("api_server", "engine_core", "worker"):
+        assert abs(scraped.value("leakwatch_host_memory_growth_per_request_bytes", role=role)) < NEAR_ZERO_BYTES, role
+
+
+def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
+    before = Scraped.get(exporter)
+    assert before.value("leakwatch_vllm_restarts_total") == 0 and before.value("leakwatch_baseline_ready") == 1
+    old_pids = api_server_pids(leaky_stack)
+    worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
+    os.kill(worker.pid, signal.SIGKILL)   # vLLM exits; supervisord starts it again
+
+    def restarted():
+        scraped = Scraped.get(exporter)
+        new = api_server_pids(leaky_stack)
+        done = (scraped.value("leakwatch_vllm_restarts_total") == 1 and new and not new & old_pids
+                and scraped.value("leakwatch_processes", role="worker") == 1)
+        return scraped if done else None
+
+    scraped = wait_for(restarted, 400, "the exporter did not see vLLM's restart", interval=1)
+    assert scraped.value("leakwatch_baseline_ready") == 0
+    assert scraped.value("leakwatch_host_memory_growth_bytes", role="api_server") is None
+    # The new processes are the ones measured.
+    worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
+    measured = scraped.value("leakwatch_process_resident_memory_bytes", role="worker", rank="0")
+    assert measured == pytest.approx(psutil.Process(worker.pid).memory_info().rss, rel=0.05)
+    wait_for(lambda: requests.get(f"{leaky_stack.vllm_url}/health", timeout=5).status_code == 200, 300,
+             "vLLM not healthy after its restart")
+
+
+def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
+    send(leaky_stack, 10, "keep")
+    start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after the restart's warm-up")
+    assert start.value("leakwatch_vllm_restarts_total") == 1
+    burst_started = time.monotonic()
+    send(leaky_stack, 200, "keep", concurrency=8)
+    time.sleep(4)
+    scraped = idle_ratio_after(exporter, burst_started + 3)
+    served = scraped.value("leakwatch_requests_since_baseline")
+    per_request = scraped.value("leakwatch_host_memory_growth_per_request_bytes", role="api_server")
+    error = per_request / LEAK_BYTES - 1
+    print(f"leak: growth per request {per_request:.0f} B over {served:.0f} requests, truth {LEAK_BYTES} B, "
+          f"error {error:+.2%}, retention {scraped.value('leakwatch_host_memory_retention_ratio', role='api_server'):.3f}")
+    assert served >= 200
+    assert abs(error) <= 0.10
+    assert scraped.value("leakwatch_host_memory_retention_ratio", role="api_server") > 0.9
+    # The leak is the API server's alone.
+    for role in ("engine_core", "worker"):
+        assert abs(scraped.value("leakwatch_host_memory_growth_per_request_bytes", role=role)) < NEAR_ZERO_BYTES
+
+
+def test_live_families_match_the_contract_both_ways(leaky_stack, exporter):
+    """After warm-up, a burst and idle time every family exists that can exist on this host."""
+    scraped = Scraped.get(exporter)
+    contract = exporter_metrics()
+    exposed = {}
+    for family in scraped.families.values():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        exposed[name] = family
+        assert name in contract, f"{name} is not in config/metrics/leakwatch-exporter.csv"
+        assert family.type == contract[name]["type"], name
+        assert family.documentation == contract[name]["help"], name
+        assert family.samples, name
+        for sample in family.samples:
+            assert sorted(sample.labels) == sorted(contract[name]["labels"]), sample
+
+    conditional = set()
+    no_gpu = scraped.value("leakwatch_gpu_available") == 0
+    if no_gpu:  # no NVIDIA driver here: then no GPU family at all
+        conditional |= GPU_FAMILIES
+        assert not GPU_FAMILIES & set(exposed)
+    if _cgroup_memory_unlimited(api_server_pids(leaky_stack).pop()):
+        conditional.add("leakwatch_cgroup_memory_limit_bytes")
+        assert "leakwatch_cgroup_memory_limit_bytes" not in exposed
+    missing = set(contract) - set(exposed) - conditional
+    assert not missing, f"contract metrics not exposed: {sorted(missing)}"
+
+
+def _cgroup_memory_unlimited(pid: int) -> bool:
+    """What this host says, read independently of the exporter (v2 memory.max or v1 limit)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        if hierarchy == "0":
+            for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                limit = Path(base + path) / "memory.max"
+                if limit.exists():
+                    return limit.read_text().strip() == "max"
+        if "memory" in controllers.split(","):
+            limit = Path("/sys/fs/cgroup/memory" + path) / "memory.limit_in_bytes"
+            if limit.exists():
+                return int(limit.read_text()) >= 1 << 62
+    return True
