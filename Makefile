@@ -40,6 +40,10 @@ test: setup-dev  ## run the whole test suite (starts and stops every server it n
 test-fast: setup-dev  ## unit and contract tests only, no real vLLM stack
 	@$(PY) -m pytest -m "not stack"
 
+.PHONY: drill
+drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes)
+	@$(LEAKWATCH) drill
+
 .PHONY: generate lint
 generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.yml, rules, dashboards)
 	@$(LEAKWATCH) generate
@@ -55,6 +59,7 @@ lint: setup-dev  ## check generated files are fresh and the configs are valid
 # Each benchmark prints one summary line; `make bench` runs them all.
 BENCHES :=
 BENCHES += bench-convert
+BENCHES += bench-drill
 BENCHES += bench-exporter
 BENCHES += bench-detection
 BENCHES += bench-loadgen
@@ -67,6 +72,9 @@ bench: setup-dev  ## run every benchmark and print their summary lines
 bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
 	@$(PY) benchmarks/convert_xglm.py
 
+.PHONY: bench-drill
+bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error
+	@$(LEAKWATCH) drill
 .PHONY: bench-exporter
 bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
 	@$(PY) benchmarks/exporter.py

@@ -65,10 +65,20 @@ def require_grafana_password() -> None:
         )
 
 
+def ensure_healer_token() -> None:
+    """The bearer token Alertmanager and the healer share, as a compose secret file. 0644 inside a
+    0700 folder: only this user reaches it on the host, and the containers' users can read it."""
+    from .generate.compose_healer import SECRET_FILE
+    from .heal.token import ensure_file
+
+    ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
+
+
 def up(model: str, out=sys.stdout) -> None:
     profile = model_profiles.load(model)
     require_grafana_password()
     require_engine()
+    ensure_healer_token()
     subprocess.run(_compose("up", "-d", "--wait", model=profile.name), check=True)
     settings = load_settings()
     host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"

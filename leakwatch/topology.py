@@ -16,6 +16,7 @@ CORE_JOBS = {
     "alertmanager": "alertmanager",
     "node": "node_exporter",
     "vllm": "vllm",
+    "healer": "healer",
     "leakwatch": "leakwatch_exporter",
 }
 
@@ -26,6 +27,7 @@ COMPOSE_HOSTS = {
     "node_exporter": "node-exporter",
     "vllm": "vllm",
     "dcgm_exporter": "dcgm-exporter",
+    "healer": "healer",
     "leakwatch_exporter": "leakwatch-exporter",  # network alias of the selected profile's exporter
 }
 

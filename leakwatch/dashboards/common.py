@@ -36,6 +36,15 @@ VLLM_RESTARTS = Annotation(
     tag_keys="instance",
     colour="orange",
 )
+# The healer's restarts (config/metrics/leakwatch-healer.csv): when it drained and restarted vLLM.
+HEALER_RESTARTS = Annotation(
+    name="Healer restarts",
+    expr="changes(leakwatch_healer_last_restart_timestamp_seconds[2m]) > 0",
+    title_format="healer restarted vLLM",
+    text_format="drain and restart by leakwatch heal ({{instance}})",
+    tag_keys="instance",
+    colour="purple",
+)
 
 
 def percentiles(histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name",

@@ -4,7 +4,7 @@ request, and how long until it runs out. 24 h by default, the articles' memory t
 from __future__ import annotations
 
 from . import thresholds as T
-from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS
+from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
 from .kit import Annotation, Board, Panel, Query, Row, Variable
 from .thresholds import BAD, NEUTRAL, OK, WARN
 from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
@@ -289,5 +289,5 @@ BOARD = Board(
     refresh="1m",
     variables=(MODEL, INSTANCE, GPU_VARIABLE),
     rows=(at_a_glance, gpu_memory, host_memory, traffic, exporter_health),
-    annotations=(FIRING_ALERTS, VLLM_RESTARTS, BASELINE_TAKEN),
+    annotations=(FIRING_ALERTS, VLLM_RESTARTS, HEALER_RESTARTS, BASELINE_TAKEN),
 )

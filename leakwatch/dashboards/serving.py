@@ -4,7 +4,7 @@ own /metrics (current names: kv_cache_usage_perc, inter_token_latency_seconds)."
 from __future__ import annotations
 
 from . import thresholds as T
-from .common import FIRING_ALERTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
+from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
 from .kit import TOKENS_PER_S, Board, Panel, Query, Row
 from .promql import VLLM, VLLM_API, failed_api_calls, quantile, rate, ratio
 from .thresholds import NEUTRAL
@@ -213,5 +213,5 @@ BOARD = Board(
     refresh="30s",
     variables=(MODEL, INSTANCE),
     rows=(now, latency, throughput, scheduler, errors),
-    annotations=(FIRING_ALERTS, VLLM_RESTARTS),
+    annotations=(FIRING_ALERTS, VLLM_RESTARTS, HEALER_RESTARTS),
 )

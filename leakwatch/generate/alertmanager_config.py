@@ -7,13 +7,13 @@ name and secret vs 127.0.0.1 and the state directory), so one function builds bo
 
 from __future__ import annotations
 
+from ..heal import config as healer_config
 from ..settings import StackSettings
 from ..topology import COMPOSE_HOSTS
 
 HEALER_PATH = "/alerts"
 # Where Alertmanager reads the healer's bearer token in compose: the `healer_token` secret.
 COMPOSE_HEALER_TOKEN_FILE = "/run/secrets/healer_token"
-COMPOSE_HEALER_TOKEN_ENV = "LEAKWATCH_HEALER_TOKEN"
 # Labels that identify what an alert is about; a critical alert silences its warning twin only when
 # all of them match (a label missing on both sides matches).
 IDENTITY_LABELS = ["alertname", "instance", "job", "model_name", "gpu", "Hostname", "role", "rank"]
@@ -33,7 +33,7 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
                  "group_interval": "1m", "repeat_interval": "5m"},
                 # Alerts meant for automatic remediation go to the healer first and, with
                 # `continue`, on to the people below.
-                {"matchers": ['remediate="true"'], "receiver": "remediation", "continue": True,
+                {"matchers": [healer_config.load().remediation_matcher], "receiver": "remediation", "continue": True,
                  "group_by": ["alertname", "instance", "gpu", "role", "rank"],
                  "group_wait": "10s", "group_interval": "1m", "repeat_interval": "30m"},
                 {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},

@@ -10,10 +10,11 @@ from __future__ import annotations
 from .. import __version__
 from .. import profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
-from ..settings import StackSettings, load as load_settings
 from ..exporter.server import HEALTH_PATH
+from ..settings import StackSettings, load as load_settings
 from ..topology import COMPOSE_HOSTS, compose_jobs
-from .alertmanager_config import COMPOSE_HEALER_TOKEN_ENV
+from . import compose_healer
+from .compose_healer import vllm_labels
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -56,6 +57,7 @@ def _gpu_reservation(count: int | str) -> dict:
 def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> tuple[dict, dict]:
     """The profile's vLLM service and the one-shot services it depends on."""
     port = settings.service("vllm").default_port
+    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     prep: dict = {}
     model_path = model_profiles.model_path(profile, MODELS_DIR)
     if profile.source == "demo":
@@ -87,7 +89,12 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
     service: dict = {
         "image": image,
         "profiles": [profile.name],
-        "command": model_profiles.vllm_engine_args(profile, model_path) + ["--host", "0.0.0.0", "--port", str(port)],
+        "command": model_profiles.vllm_engine_args(profile, model_path) + [
+            "--host", "0.0.0.0", "--port", str(port), "--shutdown-timeout", str(shutdown_timeout)],
+        # The healer finds the one vLLM container by this label (through the socket proxy).
+        "labels": vllm_labels(),
+        # SIGTERM, vLLM drains for --shutdown-timeout, then Docker's SIGKILL.
+        "stop_grace_period": f"{shutdown_timeout + 15}s",
         "environment": {
             **model_profiles.vllm_environment(profile),
             "HF_TOKEN": "${HF_TOKEN:-}",
@@ -234,13 +241,19 @@ def compose_document(settings: StackSettings | None = None) -> dict:
         services[f"vllm-{name}"] = service
         services[f"leakwatch-exporter-{name}"] = _exporter_service(settings, model_profiles.load(name))
 
+    # The healer restarts vLLM through a restart-only Docker socket proxy; Alertmanager sends it the token.
+    services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))
+    services["alertmanager"]["secrets"] = [compose_healer.SECRET]
+
     return {
         "name": "leakwatch",
         "services": services,
-        "secrets": {"healer_token": {"environment": COMPOSE_HEALER_TOKEN_ENV}},
+        "networks": compose_healer.networks(),
+        "secrets": compose_healer.secrets(),
         "volumes": {
             name: {}
-            for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "models", "leakwatch-state")
+            for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "models", "leakwatch-state",
+                         "healer-data")
         },
     }
 

@@ -38,6 +38,15 @@ class StateLayout:
         return self.conf / "targets"
 
     @property
+    def secrets(self) -> Path:
+        """Private files (0700): the healer's bearer token, shared with Alertmanager."""
+        return self.root / "secrets"
+
+    @property
+    def healer_token(self) -> Path:
+        return self.secrets / "healer-token"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.conf / "supervisord.conf"
 
@@ -53,11 +62,6 @@ class StateLayout:
     def stack_info(self) -> Path:
         """What `up` started (model, ports), read by status/down and by other tools."""
         return self.root / "stack.json"
-
-    @property
-    def healer_token(self) -> Path:
-        """The bearer token Alertmanager sends to the healer (created by `stack up`, mode 0600)."""
-        return self.root / "secrets" / "healer-token"
 
     def log(self, program: str) -> Path:
         return self.logs / f"{program}.log"

@@ -58,7 +58,7 @@ def vllm_program(
 ) -> Program:
     port = settings.service("vllm").port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
-    shutdown_timeout = 20
+    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
@@ -127,7 +127,27 @@ def stack_programs(
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
         exporter_program(settings, layout),
+        healer_program(settings, layout),
     ]
+
+
+def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
+    """`leakwatch heal`: restarts this stack's vLLM through supervisord when Alertmanager sends a
+    remediation alert; its token file is the one Alertmanager's webhook reads (0600, secrets/ 0700)."""
+    return Program(
+        name="healer",
+        service="healer",
+        command=[
+            sys.executable, "-m", "leakwatch", "heal",
+            "--listen", settings.bind_address,
+            "--port", str(settings.service("healer").port),
+            "--token-file", str(layout.healer_token),
+            "--supervisor-socket", str(layout.supervisor_socket),
+            "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
+            "--state-file", str(layout.data / "healer" / "state.json"),
+        ],
+        health_path="/healthz",
+    )
 
 
 def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..heal import config as healer_config
 from .. import profiles as model_profiles
 from .promql import by, fill
 from .recording import Context
@@ -35,7 +36,9 @@ class Alert:
     def rule(self, runbook_url: str) -> dict:
         labels = {"severity": self.severity}
         if self.remediate:
-            labels["remediate"] = "true"
+            # The label the healer acts on (config/healer.yaml), so rules and healer cannot drift.
+            policy = healer_config.load()
+            labels[policy.label_name] = policy.label_value
         return {
             "alert": self.name,
             "expr": self.expr,

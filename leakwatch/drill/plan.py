@@ -1,0 +1,108 @@
+"""What the drill runs with: its settings (config/drill.yaml), the production rules with every window
+divided by the time compression, and the production Alertmanager config with its timings divided too."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..errors import LeakwatchError
+from ..generate import yamlfmt
+from ..heal.alertmanager import healer_webhooks
+from ..leakcheck.window import parse_duration
+from ..paths import CONFIG_DIR
+
+CONFIG_FILE = CONFIG_DIR / "drill.yaml"
+TIMINGS = ("group_wait", "group_interval", "repeat_interval")
+# The leak alert the drill waits for; its critical twin carries remediate="true".
+LEAK_ALERT = "HostMemoryLeak"
+
+
+@dataclass(frozen=True)
+class DrillConfig:
+    time_compression: float
+    scrape_interval_s: float
+    requests_per_day: float
+    control_span_s: float
+    leak_span_s: float
+    warmup_requests: int
+    bytes_per_request: int
+    cgroup_headroom_bytes: int
+    max_estimate_error: float
+    baseline_tolerance_bytes: int
+    storm_watch_s: float
+
+    def wall(self, production_s: float) -> float:
+        return production_s / self.time_compression
+
+
+def load(path: Path = CONFIG_FILE) -> DrillConfig:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+        t, leak, checks = raw["traffic"], raw["leak"], raw["checks"]
+        return DrillConfig(
+            time_compression=float(raw["time_compression"]),
+            scrape_interval_s=float(raw["scrape_interval_s"]),
+            requests_per_day=float(t["requests_per_day"]),
+            control_span_s=parse_duration(t["control_span"]),
+            leak_span_s=parse_duration(t["leak_span"]),
+            warmup_requests=int(t["warmup_requests"]),
+            bytes_per_request=int(leak["bytes_per_request"]),
+            cgroup_headroom_bytes=int(leak["cgroup_headroom_bytes"]),
+            max_estimate_error=float(checks["max_estimate_error"]),
+            baseline_tolerance_bytes=int(checks["baseline_tolerance_bytes"]),
+            storm_watch_s=float(checks["storm_watch_s"]),
+        )
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise LeakwatchError(f"cannot read the drill settings in {path}: {exc!r}") from None
+
+
+def _seconds(value) -> float:
+    return parse_duration(str(value))
+
+
+def _fmt(seconds: float) -> str:
+    return f"{max(seconds, 1.0):.0f}s"
+
+
+def scaled_alertmanager(doc: dict, compression: float, repeat_s: float) -> dict:
+    """The production routing with group_wait/group_interval/repeat_interval divided by the
+    compression (at least 1 s), and a short repeat on the healer's route so the drill sees
+    Alertmanager repeat itself (the healer must not restart twice)."""
+    out = copy.deepcopy(doc)
+    if not healer_webhooks(out):
+        raise LeakwatchError("alertmanager/alertmanager.yml has no webhook receiver for the healer "
+                             "(http://healer:<port>/alerts); the drill cannot exercise remediation")
+    healer_receivers = {r["name"] for r in out.get("receivers") or []
+                        if any(h in healer_webhooks({"receivers": [r]}) for h in r.get("webhook_configs") or [])}
+
+    def walk(route: dict) -> None:
+        for key in TIMINGS:
+            if key in route:
+                route[key] = _fmt(_seconds(route[key]) / compression)
+        if route.get("receiver") in healer_receivers:
+            route["repeat_interval"] = _fmt(repeat_s)
+            route["group_interval"] = _fmt(min(repeat_s, _seconds(route.get("group_interval", "5m"))))
+        for child in route.get("routes") or []:
+            walk(child)
+
+    walk(out["route"])
+    return out
+
+
+def write_rules(rules_dir: Path, compression: float, scrape_s: float) -> list[Path]:
+    """The production rule files, rendered from config/alerts.yaml with every duration divided by
+    the compression, into the drill's own folder (prometheus/rules/ stays as it is)."""
+    from ..rules.render import HEADER, render_rules
+
+    rules_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    header = HEADER.format(what=f"Drill copy, time compression x{compression:g}.")
+    for name, doc in render_rules(time_scale=1.0 / compression, min_window_s=4 * scrape_s).items():
+        path = rules_dir / name
+        path.write_text(yamlfmt.dump(doc, header))
+        written.append(path)
+    return written

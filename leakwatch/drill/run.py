@@ -1,0 +1,356 @@
+"""The drill, end to end on a private native stack (free ports, its own state directory):
+
+1. start vLLM with the leak injector, the drill's time-compressed rules and Alertmanager config;
+2. warm up, then a control phase: production-day traffic on /v1/chat/completions (not injected);
+3. put vLLM into a memory cgroup (usage + headroom) and run production-day traffic on
+   /v1/completions, which keeps `bytes_per_request` per request;
+4. wait for the leak alert, the remediation alert, Alertmanager -> healer -> drain and restart;
+5. check memory is back near its pre-leak level, that repeats did not restart it again, and run
+   `leakwatch check` on both phases: NO-LEAK for the control, the injected bytes/request for the leak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from ..errors import LeakwatchError
+from ..generate.alertmanager_config import compose_alertmanager_config
+from ..leakcheck.analysis import CheckResult
+from ..leakcheck.command import add_arguments as add_check_arguments
+from ..leakcheck.command import run_check
+from ..native.layout import StateLayout
+from ..native.ports import free_port
+from ..native.runner import NativeStack
+from ..paths import REPO_ROOT
+from ..promapi import Prometheus
+from ..settings import load as load_settings
+from . import leak_middleware
+from .cgroup import MemoryCgroup
+from .plan import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
+
+MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
+API_MEMORY = ('sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
+              ' or sum(process_resident_memory_bytes{job="vllm"})')
+
+
+@dataclass
+class DrillResult:
+    compression: float
+    injected_bytes_per_request: int
+    control: dict = field(default_factory=dict)       # leakwatch check --json of the control phase
+    leak: dict = field(default_factory=dict)          # ... of the leak phase
+    estimate_bytes_per_request: float | None = None
+    estimate_error_pct: float | None = None
+    alert_s: float | None = None                      # leak start -> first HostMemoryLeak firing
+    remediation_alert_s: float | None = None          # leak start -> the remediate="true" twin firing
+    recover_s: float | None = None                    # first leak alert -> memory back near baseline
+    baseline_bytes: float | None = None
+    recovered_bytes: float | None = None
+    restarts: int = 0
+    notifications: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary_line(self) -> str:
+        def f(v, digits=1):
+            return "none" if v is None else f"{v:.{digits}f}"
+
+        return f"drill: alert_s={f(self.alert_s)} recover_s={f(self.recover_s)} estimate_err_pct={f(self.estimate_error_pct)}"
+
+
+def pss_total(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
+
+
+class DrillStack(NativeStack):
+    """The native stack with the exporter's own sampling sped up by the compression: its PSS
+    (smaps) refresh, 60 s in production, would otherwise be two production hours in a drill."""
+
+    compression = 1.0
+
+    def programs(self, profile, vllm_extra_args=None, vllm_extra_env=None):
+        programs = super().programs(profile, vllm_extra_args, vllm_extra_env)
+        out = []
+        for prog in programs:
+            if prog.name == "leakwatch-exporter":
+                extra = ["--sample-interval", f"{max(5.0 / self.compression, 0.5):g}",
+                         "--smaps-interval", f"{max(60.0 / self.compression, 1.0):g}",
+                         "--baseline-idle-wait", f"{max(60.0 / self.compression, 2.0):g}"]
+                prog = dataclasses.replace(prog, command=[*prog.command, *extra])
+            out.append(prog)
+        return out
+
+
+class Drill:
+    def __init__(self, cfg: DrillConfig, out=sys.stdout, keep_state: bool = False):
+        self.cfg = cfg
+        self.out = out
+        self.keep_state = keep_state
+        settings = load_settings()
+        interval = f"{cfg.scrape_interval_s:g}s"
+        self.settings = dataclasses.replace(
+            settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval})
+        self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
+        self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
+        self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request)
+        self.episode: list[dict] = []  # the remediation alerts as Alertmanager holds them
+
+    def say(self, text: str) -> None:
+        print(f"[drill {time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[self.settings.service(service).port_env]}"
+
+    @property
+    def prom(self) -> Prometheus:
+        return Prometheus(self.url("prometheus"))
+
+    def healer_metric(self, name: str, **labels) -> float:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = requests.get(f"{self.url('healer')}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return 0.0
+
+    def locust(self, api: str, span_s: float, log_name: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
+               "--config", str(REPO_ROOT / "loadtest" / "locust.conf"), "--headless", "--only-summary",
+               "--host", self.url("vllm"), "--model", "demo", "--api", api,
+               "--load-shape", "production-day", "--requests-per-day", f"{self.cfg.requests_per_day:g}",
+               "--time-compression", f"{self.cfg.time_compression:g}", "--day-length", f"{span_s:.0f}s",
+               "--stop-timeout", "10"]
+        log = open(self.state / "logs" / f"{log_name}.log", "w")
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"})
+
+    def warm_up(self) -> None:
+        for i in range(self.cfg.warmup_requests):
+            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120, json={
+                "model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]})
+            resp.raise_for_status()
+
+    def api_memory(self) -> float | None:
+        try:
+            return self.prom.scalar(API_MEMORY)
+        except LeakwatchError:
+            return None
+
+    def check(self, start: float, end: float) -> CheckResult:
+        """`leakwatch check` over a phase, parsed from its own command line (the same code path)."""
+        parser = argparse.ArgumentParser()
+        add_check_arguments(parser)
+        args = parser.parse_args(["--prometheus", self.url("prometheus"), "--start", str(start), "--end", str(end),
+                                  "--step", f"{self.cfg.scrape_interval_s:g}s",
+                                  "--time-compression", f"{self.cfg.time_compression:g}"])
+        return run_check(args, start, end)
+
+    def alertmanager_remediation_alerts(self) -> list[dict]:
+        """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
+        exactly as its webhook sends them."""
+        try:
+            resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
+                                params={"filter": 'remediate="true"', "active": "true"})
+            resp.raise_for_status()
+        except requests.RequestException:
+            return []
+        return [{"status": "firing", "labels": a["labels"], "annotations": a.get("annotations", {}),
+                 "startsAt": a["startsAt"], "endsAt": a.get("endsAt", ""), "generatorURL": a.get("generatorURL", ""),
+                 "fingerprint": a["fingerprint"]} for a in resp.json()]
+
+    def repeat_notification(self) -> list[str]:
+        """What Alertmanager's repeat_interval does: the same notification again. The healer must
+        answer without a second restart."""
+        token = (self.state / "secrets" / "healer-token").read_text().strip()
+        body = {"version": "4", "status": "firing", "receiver": "remediation", "groupKey": "drill-repeat",
+                "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": self.url("alertmanager"),
+                "truncatedAlerts": 0, "alerts": self.episode}
+        resp = requests.post(f"{self.url('healer')}/alerts", json=body, timeout=10,
+                             headers={"Authorization": f"Bearer {token}"})
+        return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
+
+    def vllm_pids(self, stack: NativeStack) -> list[int]:
+        pids = []
+        for proc in stack.processes():
+            try:
+                if proc.name().startswith("VLLM::") or "vllm.entrypoints" in " ".join(proc.cmdline()):
+                    pids.append(proc.pid)
+            except Exception:  # noqa: BLE001 - a process that just exited
+                continue
+        return pids
+
+    # -- the drill ---------------------------------------------------------------------------------
+
+    def run(self) -> DrillResult:
+        cfg, res = self.cfg, self.result
+        layout = StateLayout(self.state)
+        layout.make_dirs()
+        rules_dir = self.state / "conf" / "rules"
+        write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s)
+        # The production routing (the runner points its webhook at this stack's healer), time-scaled.
+        am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression,
+                                 repeat_s=5.0)
+        env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
+        os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
+        stack = DrillStack(layout, self.settings)
+        stack.compression = cfg.time_compression
+        cgroup = None
+        try:
+            self.say(f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
+                     f"scrape every {cfg.scrape_interval_s:g}s)")
+            stack.up("demo", vllm_extra_args=["--middleware", MIDDLEWARE], rules_dir=rules_dir,
+                     alertmanager_config=am, out=io.StringIO(), vllm_extra_env={
+                         leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
+                         leak_middleware.PREFIX_ENV: "/v1/completions",
+                         leak_middleware.DEVICE_ENV: "auto"})
+            self.warm_up()
+            self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
+
+            # Control: the same production profile, on the path the injector leaves alone.
+            self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
+            control_start = time.time()
+            proc = self.locust("chat", cfg.control_span_s, "locust-control")
+            proc.wait(timeout=cfg.wall(cfg.control_span_s) + 180)
+            control_end = time.time()
+            res.baseline_bytes = self.api_memory()
+
+            # Leak: vLLM gets a container-like limit, then every request keeps bytes_per_request.
+            cgroup = MemoryCgroup.create(f"leakwatch-drill-{os.getpid()}")
+            pids = self.vllm_pids(stack)
+            cgroup.adopt(pids)
+            # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
+            cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + cfg.cgroup_headroom_bytes)
+            self.say(f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
+                     f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage")
+            leak_start = time.time()
+            proc = self.locust("completions", cfg.leak_span_s, "locust-leak")
+            alert_at = remediation_at = restart_at = None
+            deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
+            while time.time() < deadline and restart_at is None:
+                firing = self.prom.query(f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing"}}')
+                if firing and alert_at is None:
+                    alert_at = time.time()
+                    self.say(f"{LEAK_ALERT} firing after {alert_at - leak_start:.0f}s")
+                if any(a["metric"].get("remediate") == "true" for a in firing) and remediation_at is None:
+                    remediation_at = time.time()
+                    self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
+                if remediation_at is not None and not self.episode:
+                    self.episode = self.alertmanager_remediation_alerts()
+                if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
+                    restart_at = time.time()
+                    self.say("healer began draining and restarting vLLM")
+                time.sleep(1)
+            proc.terminate()
+            proc.wait(timeout=60)
+            leak_end = restart_at or time.time()
+            res.alert_s = None if alert_at is None else alert_at - leak_start
+            res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
+            if restart_at is None:
+                res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
+            else:
+                self._recover(alert_at or restart_at)
+
+            control = self.check(control_start, control_end)
+            leak = self.check(leak_start, leak_end)
+            self._evaluate(control, leak)
+        finally:
+            try:
+                stack.down(out=io.StringIO())
+            finally:
+                if cgroup is not None:
+                    cgroup.remove()
+                for key, value in env_before.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+                if not self.keep_state:
+                    shutil.rmtree(self.state, ignore_errors=True)
+        return res
+
+    def _recover(self, alert_at: float) -> None:
+        cfg, res = self.cfg, self.result
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if self.healer_metric("leakwatch_healer_restarts_total", result="success") >= 1:
+                break
+            if self.healer_metric("leakwatch_healer_restarts_total", result="failed") >= 1:
+                res.failures.append("the healer's restart failed (see its log)")
+                return
+            time.sleep(1)
+        self.warm_up()  # the new process serves again; its memory is what an operator now sees
+        limit = (res.baseline_bytes or 0) + cfg.baseline_tolerance_bytes
+        while time.time() < deadline:
+            now = self.api_memory()
+            if now is not None and res.baseline_bytes is not None and now <= limit:
+                res.recovered_bytes = now
+                res.recover_s = time.time() - alert_at
+                self.say(f"API server memory back to {now / 2**20:.0f} MiB (before the leak: "
+                         f"{res.baseline_bytes / 2**20:.0f} MiB) {res.recover_s:.0f}s after the alert")
+                break
+            time.sleep(1)
+        else:
+            res.failures.append("host memory did not come back near its pre-leak level")
+        # Alertmanager repeats every 5 s while the alert still fires; the drill also replays the very
+        # notification it sent (same fingerprint and startsAt) in case the alert resolved first.
+        watch_end = time.time() + cfg.storm_watch_s
+        replies = []
+        while time.time() < watch_end:
+            if self.episode:
+                replies += self.repeat_notification()
+            time.sleep(5)
+        if self.episode and not replies:
+            res.failures.append("the healer did not answer the repeated notifications")
+        if any(r not in ("duplicate", "handled_by_restart", "cooldown") for r in replies):
+            res.failures.append(f"repeated notifications got {sorted(set(replies))}")
+        self.say(f"repeated the remediation notification {len(replies)} time(s): {sorted(set(replies))}")
+        res.restarts = int(self.healer_metric("leakwatch_healer_restarts_total", result="success"))
+        res.notifications = int(sum(self.healer_metric("leakwatch_healer_alerts_total", decision=d)
+                                    for d in ("remediate", "duplicate", "handled_by_restart", "in_progress",
+                                              "cooldown", "rate_limited")))
+        if res.restarts != 1:
+            res.failures.append(f"{res.restarts} restarts; exactly one expected (restart storm?)")
+
+    def _evaluate(self, control: CheckResult, leak: CheckResult) -> None:
+        cfg, res = self.cfg, self.result
+        res.control, res.leak = control.as_dict(), leak.as_dict()
+        if control.verdict != "NO-LEAK":
+            res.failures.append(f"control phase verdict {control.verdict}, expected NO-LEAK: "
+                                + "; ".join(f"{r.series.key}: {r.reason}" for r in control.series))
+        api = next((r for r in leak.series if r.series.key == "host/api_server"), None)
+        if api is None or api.bytes_per_request.estimate is None or api.request_fit is None:
+            res.failures.append("leak phase: no estimate for host/api_server")
+            return
+        res.estimate_bytes_per_request = api.bytes_per_request.estimate
+        res.estimate_error_pct = 100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
+        if api.verdict != "LEAK":
+            res.failures.append(f"leak phase: host/api_server verdict {api.verdict}: {api.reason}")
+        if res.estimate_error_pct > 100 * cfg.max_estimate_error:
+            res.failures.append(f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
+                                f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}")

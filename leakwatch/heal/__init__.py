@@ -1,0 +1,1 @@
+"""`leakwatch heal`: an authenticated Alertmanager webhook receiver that drains and restarts vLLM."""

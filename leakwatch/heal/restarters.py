@@ -1,0 +1,113 @@
+"""How the healer stops and starts vLLM: supervisord's XML-RPC natively, the Docker Engine API
+(through a socket proxy that allows only listing and restarting containers) in compose."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import xmlrpc.client
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from ..errors import LeakwatchError
+
+
+class RestartError(RuntimeError):
+    pass
+
+
+@dataclass
+class RestartTiming:
+    stop_s: float      # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable
+    start_s: float     # until the restart call returned
+
+
+class SupervisorRestarter:
+    """Stops (SIGTERM to the process group: vLLM drains for --shutdown-timeout) and starts one
+    supervisord program over its unix socket."""
+
+    def __init__(self, socket_path: Path, program: str = "vllm"):
+        self.socket_path = Path(socket_path)
+        self.program = program
+
+    def describe(self) -> str:
+        return f"supervisord program {self.program!r} ({self.socket_path})"
+
+    def _rpc(self):
+        from ..native.supervisor import client
+
+        return client(self.socket_path).supervisor
+
+    def check(self) -> None:
+        try:
+            info = self._rpc().getProcessInfo(self.program)
+        except (OSError, xmlrpc.client.Error) as exc:
+            raise LeakwatchError(f"cannot reach {self.describe()}: {exc}") from None
+        if not info:
+            raise LeakwatchError(f"{self.describe()} is unknown to supervisord")
+
+    def restart(self) -> RestartTiming:
+        rpc = self._rpc()
+        began = time.monotonic()
+        try:
+            state = rpc.getProcessInfo(self.program)["statename"]
+            if state in ("RUNNING", "STARTING", "BACKOFF"):
+                rpc.stopProcess(self.program, True)  # returns once supervisord has seen it exit
+            stopped = time.monotonic()
+            rpc.startProcess(self.program, True)
+        except (OSError, xmlrpc.client.Error) as exc:
+            raise RestartError(f"{self.describe()}: {exc}") from None
+        return RestartTiming(stopped - began, time.monotonic() - stopped)
+
+
+class DockerRestarter:
+    """Restarts the container labelled as vLLM through the Docker Engine API, reached via a socket
+    proxy (CONTAINERS=1 to list, ALLOW_RESTARTS=1 to restart, POST=0 for everything else)."""
+
+    def __init__(self, base_url: str, label: str, stop_timeout_s: int, http_timeout_s: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.label = label
+        self.stop_timeout_s = int(stop_timeout_s)
+        self.http_timeout_s = http_timeout_s
+        self.session = requests.Session()
+
+    def describe(self) -> str:
+        return f"container labelled {self.label} via {self.base_url}"
+
+    def _containers(self) -> list[dict]:
+        filters = json.dumps({"label": [self.label], "status": ["running", "restarting", "exited", "created"]})
+        try:
+            resp = self.session.get(f"{self.base_url}/containers/json",
+                                    params={"all": "1", "filters": filters}, timeout=self.http_timeout_s)
+        except requests.RequestException as exc:
+            raise RestartError(f"cannot reach the Docker API at {self.base_url}: {exc}") from None
+        if resp.status_code != 200:
+            raise RestartError(f"listing containers at {self.base_url}: HTTP {resp.status_code} {resp.text[:200]}")
+        return resp.json()
+
+    def check(self) -> None:
+        try:
+            found = self._containers()
+        except RestartError as exc:
+            raise LeakwatchError(str(exc)) from None
+        if len(found) != 1:
+            raise LeakwatchError(f"expected one container labelled {self.label}, found {len(found)}")
+
+    def restart(self) -> RestartTiming:
+        found = self._containers()
+        if len(found) != 1:
+            raise RestartError(f"expected one container labelled {self.label}, found {len(found)}")
+        cid = urllib.parse.quote(found[0]["Id"], safe="")
+        began = time.monotonic()
+        try:
+            # Docker sends the stop signal (SIGTERM: vLLM drains), waits t seconds, then SIGKILLs and starts it.
+            resp = self.session.post(f"{self.base_url}/containers/{cid}/restart", params={"t": self.stop_timeout_s},
+                                     timeout=self.stop_timeout_s + self.http_timeout_s)
+        except requests.RequestException as exc:
+            raise RestartError(f"restarting container {cid[:12]}: {exc}") from None
+        if resp.status_code != 204:
+            raise RestartError(f"restarting container {cid[:12]}: HTTP {resp.status_code} {resp.text[:200]}")
+        return RestartTiming(0.0, time.monotonic() - began)

@@ -1,0 +1,1 @@
+"""`leakwatch report`: daily and weekly HTML memory reports."""

@@ -1,0 +1,56 @@
+"""The leak drill end to end on the real stack (vLLM CPU, Prometheus, Alertmanager, exporter, healer):
+injected leak -> alert fires -> Alertmanager -> healer -> vLLM drained and restarted -> host memory
+back near baseline; `leakwatch check` recovers the injected bytes per request; the control phase is
+NO-LEAK; Alertmanager's repeats do not restart vLLM again."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from leakwatch.drill import plan
+from leakwatch.drill.run import Drill
+
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def drill():
+    cfg = plan.load()
+    out = io.StringIO()
+    result = Drill(cfg, out=out).run()
+    print(out.getvalue())
+    return cfg, result, out.getvalue()
+
+
+def test_the_leak_alert_fires_and_the_healer_restarts_vllm_once(drill):
+    cfg, result, log = drill
+    assert result.alert_s is not None, log
+    assert result.remediation_alert_s is not None and result.remediation_alert_s >= result.alert_s, log
+    assert result.restarts == 1, (result.failures, log)
+    # Alertmanager kept notifying (repeat_interval 5 s) while the restart ran and after it.
+    assert result.notifications >= 1
+
+
+def test_memory_comes_back_near_the_pre_leak_baseline(drill):
+    cfg, result, log = drill
+    assert result.recover_s is not None, (result.failures, log)
+    assert result.recovered_bytes <= result.baseline_bytes + cfg.baseline_tolerance_bytes
+
+
+def test_check_recovers_the_injected_rate_within_15_percent(drill):
+    cfg, result, log = drill
+    assert result.leak["verdict"] == "LEAK", result.leak
+    assert result.estimate_error_pct is not None and result.estimate_error_pct <= 15.0, (result.estimate_bytes_per_request, log)
+
+
+def test_the_control_phase_is_no_leak(drill):
+    _, result, _ = drill
+    assert result.control["verdict"] == "NO-LEAK", [(s["key"], s["reason"]) for s in result.control["series"]]
+
+
+def test_the_drill_passes_as_a_whole(drill):
+    _, result, log = drill
+    assert result.passed, (result.failures, log)
+    assert result.summary_line().startswith("drill: alert_s=")
