@@ -75,6 +75,7 @@ bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, besi
 .PHONY: bench-drill
 bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error
 	@$(LEAKWATCH) drill
+
 .PHONY: bench-exporter
 bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter
 	@$(PY) benchmarks/exporter.py

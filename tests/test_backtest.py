@@ -148,7 +148,7 @@ def test_backtest_command_on_a_scenario_reports_the_leak_alert(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--scenario", "no_such_scenario"], "unknown scenario"),
-    (["--prometheus", "http://127.0.0.1:9", "--start", "yesterday", "--end", "1"], "neither ISO 8601"),
+    (["--prometheus", "http://127.0.0.1:9", "--start", "yesterday", "--end", "1"], "is not a time (unix seconds or ISO 8601"),
     (["--prometheus", "http://127.0.0.1:9"], "needs --start"),
     (["--scenario", "slow_leak", "--rules", "/nonexistent.yml"], "does not exist"),
     (["--scenario", "slow_leak", "--days", "0"], "--days must be positive"),

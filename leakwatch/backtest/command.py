@@ -14,10 +14,10 @@ import json
 import shutil
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import LeakwatchError
+from ..leakcheck.window import parse_instant
 from ..paths import PROMETHEUS_DIR, RULES_DIR
 from ..rules.thresholds import parse_duration
 from ..scenarios import library
@@ -59,16 +59,9 @@ def parse_time(text: str | None, flag: str) -> float:
     if not text:
         raise LeakwatchError(f"--prometheus needs {flag}")
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise LeakwatchError(f"{flag} {text!r} is neither ISO 8601 (2024-03-04T00:00:00Z) nor Unix seconds") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+        return parse_instant(text)
+    except LeakwatchError as exc:
+        raise LeakwatchError(f"{flag}: {exc}") from None
 
 
 def rule_files(args: argparse.Namespace) -> list[Path]:
