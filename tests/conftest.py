@@ -102,13 +102,16 @@ def metric_catalogue(native_stack) -> set[str]:
     import requests
 
     from leakwatch.catalogue import dcgm_metrics, loadgen_metrics, sample_names, scrape_names
+    from leakwatch.topology import LOADGEN_JOB
 
     for i in range(3):
         requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
                       json={"model": native_stack.model, "prompt": f"catalogue {i}", "max_tokens": 8})
     names: set[str] = set()
     for target in native_stack.prometheus.targets():
-        names |= scrape_names(target["scrapeUrl"])
+        # A finished load test's target lingers in Prometheus until file_sd rereads its folder.
+        if target["labels"].get("job") != LOADGEN_JOB:
+            names |= scrape_names(target["scrapeUrl"])
     # The load generator's metrics exist only while a load test runs; tests/loadgen checks the
     # exporter against its CSV, so the CSV stands for them here.
     return names | set(dcgm_metrics()) | sample_names(loadgen_metrics())
