@@ -115,3 +115,11 @@ def metric_catalogue(native_stack) -> set[str]:
     # The load generator's metrics exist only while a load test runs; tests/loadgen checks the
     # exporter against its CSV, so the CSV stands for them here.
     return names | set(dcgm_metrics()) | sample_names(loadgen_metrics())
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
+    keep their order (the sort is stable)."""
+    def rank(item) -> int:
+        return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
+    items.sort(key=rank)

@@ -8,11 +8,14 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from leakwatch.drill import plan
 from leakwatch.drill.cgroup import MemoryCgroup
 from leakwatch.errors import LeakwatchError
+from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.heal.alertmanager import localize
+from leakwatch.settings import load as load_settings
 
 AM = {
     "route": {
@@ -40,6 +43,17 @@ def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
     assert healer_route["repeat_interval"] == "5s"
     assert page_route["repeat_interval"] == "60s"
     assert AM["route"]["group_wait"] == "30s"         # the production document is left alone
+
+
+def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
+    out = plan.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
+    watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
+    assert watchdog["group_wait"] == "0s"             # zero stays zero
+    assert watchdog["repeat_interval"] == "5s"        # 5 m / 60
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(out))
+    result = subprocess.run(["amtool", "check-config", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_a_config_without_the_healer_receiver_is_refused():

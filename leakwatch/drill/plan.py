@@ -14,6 +14,7 @@ from ..generate import yamlfmt
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
 from ..paths import CONFIG_DIR
+from ..rules.thresholds import parse_duration as alertmanager_duration
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")
@@ -61,11 +62,12 @@ def load(path: Path = CONFIG_FILE) -> DrillConfig:
 
 
 def _seconds(value) -> float:
-    return parse_duration(str(value))
+    # Alertmanager timings may be 0s (the Watchdog's group_wait), which a window may not.
+    return alertmanager_duration(str(value))
 
 
 def _fmt(seconds: float) -> str:
-    return f"{max(seconds, 1.0):.0f}s"
+    return "0s" if seconds == 0 else f"{max(seconds, 1.0):.0f}s"
 
 
 def scaled_alertmanager(doc: dict, compression: float, repeat_s: float) -> dict:

@@ -42,6 +42,7 @@ def settle(url: str) -> server_metrics.Snapshot:
 
 
 @pytest.mark.slow
+@pytest.mark.storm
 def test_high_concurrency_reaches_and_holds_256_streams(native_stack, tmp_path):
     url = native_stack.vllm_url
     exporter = free_port()

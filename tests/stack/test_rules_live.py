@@ -89,6 +89,7 @@ def test_prometheus_loads_and_evaluates_every_rule_without_errors(native_stack):
     prom.wait_for("leakwatch:vllm_requests:increase30m", timeout=120)
 
 
+@pytest.mark.quiet_stack
 def test_idle_stack_fires_only_the_watchdog_and_alertmanager_receives_it(native_stack):
     prom = native_stack.prometheus
     # The Watchdog fires after its `for: 1m`; by then every other rule has been evaluated too.
