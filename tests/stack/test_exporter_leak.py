@@ -59,6 +59,9 @@ def exporter(leaky_stack, tmp_path_factory):
             [sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", leaky_stack.vllm_url,
              "--listen-address", "127.0.0.1", "--port", str(port),
              "--warmup-requests", "5", "--sample-interval", "0.5", "--retention-idle", "3",
+             # Two requests' allocations in flight make a burst worth rating (the default, 8 MiB,
+             # needs four sampled at once, which a quick burst on an idle machine can slip past).
+             "--retention-min-gain", str(2 * LEAK_BYTES / MIB),
              "--smaps-interval", "0"],
             stdout=out, stderr=subprocess.STDOUT,
         )
@@ -117,7 +120,13 @@ def idle_ratio_after(url: str, since: float) -> Scraped:
         ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
         return scraped if ratio is not None and time.monotonic() > since else None
 
-    return wait_for(ready, 60, "no retention ratio after the burst")
+    try:
+        return wait_for(ready, 60, "no retention ratio after the burst")
+    except pytest.fail.Exception:
+        last = Scraped.get(url)
+        pytest.fail(f"no retention ratio after the burst (restarts {last.value('leakwatch_vllm_restarts_total')}, "
+                    f"baseline ready {last.value('leakwatch_baseline_ready')}, requests since baseline "
+                    f"{last.value('leakwatch_requests_since_baseline')})")
 
 
 def api_server_pids(stack) -> set[int]:
