@@ -28,6 +28,7 @@ import requests
 
 from ..errors import LeakwatchError
 from ..generate.alertmanager_config import compose_alertmanager_config
+from ..heal import config as healer_config
 from ..leakcheck.analysis import CheckResult
 from ..leakcheck.command import add_arguments as add_check_arguments
 from ..leakcheck.command import run_check
@@ -108,6 +109,7 @@ class Drill:
         self.cfg = cfg
         self.out = out
         self.keep_state = keep_state
+        self.remediation = healer_config.load()  # the label the healer acts on
         settings = load_settings()
         interval = f"{cfg.scrape_interval_s:g}s"
         self.settings = dataclasses.replace(
@@ -176,7 +178,7 @@ class Drill:
         exactly as its webhook sends them."""
         try:
             resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
-                                params={"filter": 'remediate="true"', "active": "true"})
+                                params={"filter": self.remediation.remediation_matcher, "active": "true"})
             resp.raise_for_status()
         except requests.RequestException:
             return []
@@ -257,10 +259,12 @@ class Drill:
                 if firing and alert_at is None:
                     alert_at = time.time()
                     self.say(f"{LEAK_ALERT} firing after {alert_at - leak_start:.0f}s")
-                if any(a["metric"].get("remediate") == "true" for a in firing) and remediation_at is None:
+                remediable = any(a["metric"].get(self.remediation.label_name) == self.remediation.label_value
+                                 for a in firing)
+                if remediable and remediation_at is None:
                     remediation_at = time.time()
                     self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
-                if remediation_at is not None and not self.episode:
+                if alert_at is not None and not self.episode:
                     self.episode = self.alertmanager_remediation_alerts()
                 if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
                     restart_at = time.time()
@@ -270,6 +274,14 @@ class Drill:
             proc.wait(timeout=60)
             leak_end = restart_at or time.time()
             res.alert_s = None if alert_at is None else alert_at - leak_start
+            if restart_at is not None and not self.episode:
+                # Alertmanager holds the alert until vLLM's memory is down again, well after the restart.
+                self.episode = self.alertmanager_remediation_alerts()
+            if remediation_at is None and restart_at is not None:
+                # The healer can act between two polls; Prometheus's history says when the twin fired.
+                remediation_at = self.first_firing(
+                    f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing", {self.remediation.remediation_matcher}}}',
+                    leak_start, restart_at + 5)
             res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
             if restart_at is None:
                 res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
@@ -293,6 +305,12 @@ class Drill:
                 if not self.keep_state:
                     shutil.rmtree(self.state, ignore_errors=True)
         return res
+
+    def first_firing(self, expr: str, start: float, end: float) -> float | None:
+        """When a series of `expr` first had a sample in [start, end], from Prometheus's history."""
+        step = max(self.cfg.scrape_interval_s / 2, 0.5)
+        times = [float(t) for series in self.prom.query_range(expr, start, end, step) for t, _ in series["values"]]
+        return min(times) if times else None
 
     def _recover(self, alert_at: float) -> None:
         cfg, res = self.cfg, self.result
@@ -325,7 +343,9 @@ class Drill:
             if self.episode:
                 replies += self.repeat_notification()
             time.sleep(5)
-        if self.episode and not replies:
+        if not self.episode:
+            res.failures.append("no remediation notification captured from Alertmanager to replay")
+        elif not replies:
             res.failures.append("the healer did not answer the repeated notifications")
         if any(r not in ("duplicate", "handled_by_restart", "cooldown") for r in replies):
             res.failures.append(f"repeated notifications got {sorted(set(replies))}")
