@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 MIB = 1 << 20
 LEAK_BYTES = 2 * MIB   # what the middleware keeps per /v1 request: the truth
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
+# A burst is rated against the memory of an idle sample before it; the sample that takes the
+# baseline may still count the last warm-up requests as traffic, so wait a few samples (0.5 s each).
+IDLE_BEFORE_BURST_S = 3
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 # Families that may be absent, and the fact that decides it here (checked both ways below).
 GPU_FAMILIES = {
@@ -138,6 +141,7 @@ def test_control_run_without_a_leak(leaky_stack, exporter):
     send(leaky_stack, 10, "release")
     start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after warm-up")
     assert start.value("leakwatch_processes", role="worker") == 1
+    time.sleep(IDLE_BEFORE_BURST_S)
     burst_started = time.monotonic()
     send(leaky_stack, 200, "release", concurrency=16)
     time.sleep(4)  # idle longer than --retention-idle
@@ -181,6 +185,7 @@ def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
     send(leaky_stack, 10, "keep")
     start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after the restart's warm-up")
     assert start.value("leakwatch_vllm_restarts_total") == 1
+    time.sleep(IDLE_BEFORE_BURST_S)
     burst_started = time.monotonic()
     send(leaky_stack, 200, "keep", concurrency=8)
     time.sleep(4)
