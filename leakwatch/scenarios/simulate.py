@@ -50,6 +50,20 @@ class SimulationResult:
     events: list[tuple[float, str]] = field(default_factory=list)
     gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
     gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)   # card 0, each tick
+    # Requests finished since the scenario started (across restarts), each tick: detection is
+    # also measured in requests served after the leak start.
+    requests_served: list[tuple[float, float]] = field(default_factory=list)
+
+    def requests_between(self, since: float, until: float) -> float:
+        """Requests finished in (since, until]."""
+        def at(ts: float) -> float:
+            served = 0.0
+            for t, total in self.requests_served:
+                if t > ts:
+                    break
+                served = total
+            return served
+        return at(until) - at(since)
 
 
 _series_cache: dict = {}
@@ -145,6 +159,10 @@ class Simulator:
         self.burst_until = -1.0
         self.next_burst = self._next_burst(self.start)
         self.wander_phase = self.rng.uniform(0, 2 * math.pi)
+        # The release timer runs from an arbitrary moment, not from the hour.
+        period = scenario.noise.sawtooth_period_s
+        self.sawtooth_phase = self.rng.uniform(0, period) if period else 0.0
+        self.total_served = 0.0
         self._start_process(self.start, "vLLM starts")
         self.restarts = 0
 
@@ -207,6 +225,7 @@ class Simulator:
         self.baseline = None
         self.retention = {}
         self.burst_state = {}
+        self.sawtooth = {target: 0.0 for target in self.sc.noise.sawtooth_mib_per_request}  # MiB
 
     def _next_burst(self, t: float) -> float:
         per_day = self.sc.traffic.bursts_per_day
@@ -257,7 +276,8 @@ class Simulator:
                 self.next_burst = self._next_burst(t)
             in_burst = t < self.burst_until
             lam = self._rate(t) * dt + (self._burst_rate() * dt if in_burst else 0.0)
-            n = poisson(rng, lam)
+            clump = max(1, tr.clump_size)
+            n = clump * poisson(rng, lam / clump)
             long = sum(1 for _ in range(min(n, 200)) if rng.random() < tr.long_request_share)
             base_running = poisson(rng, self._rate(t) * mean_e2e)
             running = base_running + (tr.burst_concurrency if in_burst else 0)
@@ -267,6 +287,10 @@ class Simulator:
         add = samples.append
         leak_started = False
         gpu_used: list[float] = []
+        if ready:
+            self._sawtooth_step(t, n)
+        self.total_served += n
+        self.result.requests_served.append((t, self.total_served))
         if sc.gpu:
             gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
             leak_started |= leaked
@@ -286,7 +310,8 @@ class Simulator:
             warm = noise.host_warmup_mib.get(p.role, 0.0) * MIB * (1 - math.exp(-uptime / noise.host_warmup_tau_s))
             load = noise.host_per_running_kib.get(p.role, 0.0) * 1024 * running
             jitter = rng.uniform(-1, 1) * noise.host_jitter_mib * MIB
-            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter
+            shape = (self.sawtooth.get(p.role, 0.0) + self._step_mib(t, p.role)) * MIB
+            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter + shape
 
         rss_now = {(p.role, p.rank): rss(p) for p in self.procs}
         swap_now = {(p.role, p.rank): p.swap for p in self.procs}
@@ -350,6 +375,26 @@ class Simulator:
         self._exporter(t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
         return samples
 
+    def _sawtooth_step(self, t: float, n: int) -> None:
+        """Creep with the requests served; fall back to the plateau when the release timer fires."""
+        noise = self.sc.noise
+        period = noise.sawtooth_period_s
+        if not period:
+            return
+        since = t - self.start - self.sawtooth_phase
+        released = math.floor(since / period) != math.floor((since - self.dt) / period)
+        for target, per_request in noise.sawtooth_mib_per_request.items():
+            if released:
+                self.sawtooth[target] = 0.0
+            else:
+                self.sawtooth[target] = min(noise.sawtooth_cap_mib, self.sawtooth[target] + n * per_request)
+
+    def _step_mib(self, t: float, target: str) -> float:
+        noise = self.sc.noise
+        if noise.step_at_s and t - self.start >= noise.step_at_s:
+            return noise.step_mib.get(target, 0.0)
+        return 0.0
+
     def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
         """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
         sc, rng, g, noise = self.sc, self.rng, self.sc.gpu, self.sc.noise
@@ -373,8 +418,16 @@ class Simulator:
                     leaked = True
             ready_used = g.ready_used_mib()
             if ready:
+                # DCGM sees reserved segments, not the bytes inside them.
+                saw = self.sawtooth.get("gpu", 0.0)
+                seg = noise.sawtooth_segment_mib
+                shown_saw = math.ceil(saw / seg) * seg if seg and saw else saw
+                segment = max((leak.segment_mib for leak in sc.leaks if leak.target == "gpu"), default=0.0)
+                leaked_mib = self.gpu_leaked[i]
+                shown_leak = math.ceil(leaked_mib / segment) * segment if segment and leaked_mib else leaked_mib
                 used = (ready_used + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
-                        + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + self.gpu_leaked[i])
+                        + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + shown_leak
+                        + shown_saw + self._step_mib(t, "gpu"))
             else:
                 used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
             used_now.append(min(float(g.total_mib), math.floor(used)))
