@@ -66,6 +66,15 @@ def _growing(rate_series: str, min_rate: float) -> str:
     return f"({rate_series} > {number(min_rate)})"
 
 
+def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
+    """The lows rose across the window, and (for windows shorter than a release period) the memory
+    gave nothing back lately: a sawtooth of creep and release is not a leak."""
+    text = f"and {on}({low_growth} > {number(sec.num('lows_min_growth_mib') * MIB)})\n"
+    if released:
+        text += f"unless {on}({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+    return text
+
+
 CARD = "GPU {{ $labels.gpu }} ({{ $labels.modelName }}) on {{ $labels.Hostname }}"
 ROLE = "vLLM {{ $labels.role }}{{ with $labels.rank }} rank {{ . }}{{ end }} on {{ $labels.instance }}"
 
@@ -99,6 +108,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
         f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+        + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released) +
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A GPU's memory grows with every request: a leak, not a one-time step.",
@@ -112,6 +122,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         "GPUMemoryLeakSuspected", "critical",
         f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
         f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+        + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released) +
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A GPU's memory grows with every request: a leak, not a one-time step.",
@@ -129,6 +140,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
         f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
+        + _net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released) +
         f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
         g.dur("slow_for"),
         "A GPU's memory grows slowly but steadily with the requests served.",
@@ -145,6 +157,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
         f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
         f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+        + _net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released) +
         f"unless {ctx.on_host()} {restarted}",
         g.dur("fast_for"),
         "A vLLM process's GPU memory grows with every request.",
@@ -160,6 +173,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
         f"and on (instance, job, gpu) "
         f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+        + _net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
+        + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
         f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
         g.dur("retention_for"),
         "GPU memory taken during requests is not given back, and it accumulates.",
@@ -191,6 +206,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
         f"and {growing}\n"
         f"and {above_baseline}\n"
         f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
+        + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released) +
         f"unless {ctx.on_host()} {restarted}",
         h.dur("leak_for"),
         "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
@@ -206,6 +222,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
         f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
         f"and {growing}\n"
         f"and {above_baseline}\n"
+        + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released) +
         f"unless {ctx.on_host()} {restarted}",
         h.dur("leak_for"),
         "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
