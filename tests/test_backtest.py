@@ -209,3 +209,37 @@ def test_cli_lists_the_scenarios(capsys):
     out = capsys.readouterr().out
     for name in ("article_a_vllm", "slow_leak", "worker_rss_high_traffic", "healthy_30d"):
         assert name in out
+
+
+def test_auto_lookback_covers_the_slowest_job_and_says_so(tmp_path, capsys):
+    """DCGM scraped every 60 s beside vLLM every 15 s: a lookback of 1.5 x the median (15 s) would
+    drop the DCGM series between its samples; the automatic lookback follows the slowest job."""
+    lines = []
+    for k in range(121):
+        t = 1_700_000_000 + 15 * k
+        lines.append(f'vllm:request_success_total{{job="vllm",instance="v"}} {k} {t}')
+        lines.append(f'vllm:num_requests_running{{job="vllm",instance="v"}} 0 {t}')
+        if k % 4 == 0:
+            lines.append(f'DCGM_FI_DEV_FB_USED{{job="dcgm",instance="d",gpu="0"}} 22528 {t}')
+    om = tmp_path / "mixed.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    history = sources.from_openmetrics(om, tmp_path / "work")
+    assert history.interval_s == 15
+    lookback, warning = history.auto_lookback()
+    assert lookback == 90 and "dcgm 60s" in warning and "vllm 15s" in warning
+    # The command prints the warning and counts from --leak-start.
+    code = cli.main(["backtest", "--openmetrics", str(om), "--leak-start", str(1_700_000_000 + 600), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0 and "scrape intervals differ by job" in captured.err
+    assert json.loads(captured.out)["origin"] == 1_700_000_000 + 600
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scenario", "slow_leak", "--leak-start", "0"], "a scenario knows its leak start"),
+    (["--openmetrics", "{om}", "--leak-start", "2001-01-01T00:00:00Z"], "is outside the history"),
+])
+def test_leak_start_is_checked(tmp_path, capsys, argv, message):
+    om = tmp_path / "one.om"
+    om.write_text("".join(f'up{{job="vllm"}} 1 {1_700_000_000 + 60 * k}\n' for k in range(10)) + "# EOF\n")
+    assert cli.main(["backtest", *[a.format(om=om) for a in argv]]) == 2
+    assert message in capsys.readouterr().err
