@@ -243,3 +243,42 @@ def test_leak_start_is_checked(tmp_path, capsys, argv, message):
     om.write_text("".join(f'up{{job="vllm"}} 1 {1_700_000_000 + 60 * k}\n' for k in range(10)) + "# EOF\n")
     assert cli.main(["backtest", *[a.format(om=om) for a in argv]]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_firing_alert_with_hysteresis_stays_firing_while_its_hold_holds():
+    # Condition at 0-4 and 8-9; the hold at 3-12: one episode from 0 (firing at 2) to 13.
+    present = {(("a", "1"),): set(range(0, 5)) | {8, 9}}
+    held = {(("a", "1"),): set(range(3, 13))}
+    episodes = apply_for(present, for_s=120, start=0, end=1200, step=60, held=held)
+    assert [(e.pending_at, e.firing_at, e.ended_at) for e in episodes] == [(0, 120, 780)]
+    # A hold does not start an alert, nor keep a pending one.
+    assert apply_for({(("a", "1"),): {5, 6}}, for_s=600, start=0, end=1200, step=60, held=held) == []
+
+
+def test_hysteresis_of_the_generated_rules_is_split_for_replay():
+    from leakwatch.backtest.engine import split_hysteresis
+
+    _, alerting = load_rules(RULE_FILES)
+    held = {r.key for r in alerting if split_hysteresis(r.expr)[1]}
+    assert {"GPUMemoryLeakSuspected/warning", "GPUMemoryGrowthPerRequest/warning", "GPUProcessMemoryLeak/warning",
+            "VRAMRetentionHigh/warning", "HostMemoryLeak/warning"} <= held
+    for rule in alerting:
+        condition, hold = split_hysteresis(rule.expr)
+        assert "ALERTS" not in condition and (hold is None or "ALERTS" not in hold)
+
+
+def test_backtester_replays_the_hysteresis_as_promtool_does(tmp_path):
+    """The promtool case where article A's leak pauses: the warning fires at 40m and is still
+    firing at 75m (promtool checks both), then resolves before 85m: one episode, not two."""
+    case = next(t for t in yaml.safe_load((PROMETHEUS_DIR / "tests" / "gpu.test.yml").read_text())["tests"]
+                if t["name"] == "a leak that pauses stays firing")
+    om = tmp_path / "series.om"
+    om.write_text(to_openmetrics(case["input_series"], 60))
+    history = sources.from_openmetrics(om, tmp_path)
+    backtest = Backtest(tmp_path, step_s=60, lookback_s=90)
+    backtest.load(history.files)
+    result = backtest.run(RULE_FILES, history.start, history.end)
+    warning = next(r for r in result.alerts if r.rule.key == "GPUMemoryLeakSuspected/warning")
+    [episode] = warning.fired
+    assert episode.firing_at - history.start == 40 * 60
+    assert 75 * 60 < episode.ended_at - history.start <= 85 * 60

@@ -113,7 +113,8 @@ def rule_inputs(rule_files: list[Path]) -> set[str]:
     names = set()
     for rule in (*recording, *alerting):
         names |= metric_names(rule.expr)
-    return names - {r.name for r in recording}
+    # ALERTS is the rule manager's own output (the hysteresis reads it); the backtester replays it.
+    return names - {r.name for r in recording} - {"ALERTS"}
 
 
 def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], workdir: Path, match: str = "") -> History:

@@ -11,13 +11,17 @@ first long request, a new batch shape) must not page:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..heal import config as healer_config
 from .. import profiles as model_profiles
 from .promql import by, fill
 from .recording import Context
 from .thresholds import MIB, format_duration, number
+
+# The line between an alert's own condition and the one that keeps it firing (the backtester
+# splits expressions there to replay the hysteresis; Prometheus reads it as a comment).
+KEEP_FIRING_MARKER = "# leakwatch: keeps firing while"
 
 # vLLM's default --gpu-memory-utilization, used when no GPU profile sets one.
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -32,6 +36,11 @@ class Alert:
     summary: str
     description: str
     remediate: bool = False
+    # Hysteresis: once firing, the alert stays firing while this (looser) expression holds, so a
+    # leak that keeps leaking does not flap when its rate dips under a threshold between an
+    # allocator's segments or at night. keep_firing_for does not exist in Debian's Prometheus 2.42,
+    # so the expression reads the alert's own ALERTS series (written at each evaluation).
+    keep_firing_while: str | None = None
 
     def rule(self, runbook_url: str) -> dict:
         labels = {"severity": self.severity}
@@ -39,9 +48,14 @@ class Alert:
             # The label the healer acts on (config/healer.yaml), so rules and healer cannot drift.
             policy = healer_config.load()
             labels[policy.label_name] = policy.label_value
+        expr = self.expr
+        if self.keep_firing_while:
+            own = f'ALERTS{{alertname="{self.name}", alertstate="firing", severity="{self.severity}"}}'
+            expr = (f"{expr}\n{KEEP_FIRING_MARKER}\nor (\n{self.keep_firing_while}\n)"
+                    f" and ignoring (alertname, alertstate, {', '.join(labels)}) {own}")
         return {
             "alert": self.name,
-            "expr": self.expr,
+            "expr": expr,
             "for": self.for_,
             "labels": labels,
             "annotations": {
@@ -64,6 +78,15 @@ def preallocated_share() -> float:
 
 def _growing(rate_series: str, min_rate: float) -> str:
     return f"({rate_series} > {number(min_rate)})"
+
+
+def _still_leaking(ctx: Context, sec, value: str, low_growths: list[str], released: str, restarted: str) -> str:
+    """Hysteresis for a firing leak alert: its figure (`value`, so the notification still says what
+    the alert measures) while the lows still rise over any of the given windows, the memory gave
+    nothing back, and vLLM was not restarted."""
+    rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
+    return (f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+            f"unless {ctx.on_host()} {restarted}")
 
 
 def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
@@ -186,7 +209,23 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             mib=number(g.num("retention_min_growth_mib_per_hour")), window=g.dur("retention_window"),
         ),
     ))
-    return alerts
+    card_lows = [ctx.gpu_low_growth_fast, ctx.gpu_low_growth_slow]
+    keep = {
+        ("GPUMemoryLeakSuspected", "warning"): _still_leaking(
+            ctx, g, f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            card_lows, ctx.gpu_released, restarted),
+        # (The critical twins have none: the healer acts on their first firing.)
+        ("GPUMemoryGrowthPerRequest", "warning"): _still_leaking(
+            ctx, g, f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}",
+            [ctx.gpu_low_growth_slow], ctx.gpu_released, ctx.restarted_within(slow_s, "gpu")),
+        ("GPUProcessMemoryLeak", "warning"): _still_leaking(
+            ctx, g, f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            [ctx.gpu_process_low_growth], ctx.gpu_process_released, restarted),
+        ("VRAMRetentionHigh", "warning"): _still_leaking(
+            ctx, g, ctx.exporter("leakwatch_vram_retention_ratio"), [ctx.gpu_retained_low_growth],
+            ctx.gpu_retained_released, ctx.restarted_within(g.seconds("retention_window"), "gpu")),
+    }
+    return [replace(a, keep_firing_while=keep.get((a.name, a.severity))) for a in alerts]
 
 
 def host_alerts(ctx: Context) -> list[Alert]:
@@ -231,6 +270,9 @@ def host_alerts(ctx: Context) -> list[Alert]:
         "kernel's OOM killer picks a process.",
         remediate=True,
     ))
+    per_request = f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}"
+    still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
+    alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
     alerts.append(Alert(
         "HostSwapGrowing", "warning",
