@@ -66,14 +66,24 @@ class Alert:
         }
 
 
-def preallocated_share() -> float:
-    """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
-    shares = []
+def profile_shares() -> list[float]:
+    """The gpu_memory_utilization of each GPU profile (vLLM's default where one sets none), sorted."""
+    shares = set()
     for name in model_profiles.available():
         profile = model_profiles.load(name)
         if profile.needs_gpu:
-            shares.append(float(profile.vllm.get("gpu_memory_utilization") or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
-    return max(shares, default=VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+            shares.add(float(profile.vllm.get("gpu_memory_utilization") or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+    return sorted(shares) or [VLLM_DEFAULT_GPU_MEMORY_UTILIZATION]
+
+
+def preallocated_share() -> float:
+    """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
+    return max(profile_shares())
+
+
+def utilization_label(share: float) -> str:
+    """gpu_memory_utilization as vLLM's vllm:cache_config_info label writes it (Python's str())."""
+    return str(float(share))
 
 
 def _growing(rate_series: str, min_rate: float) -> str:
@@ -107,16 +117,32 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     util = preallocated_share()
     alerts = []
 
+    # Each vLLM's own gpu_memory_utilization sets the threshold: vLLM reports it as a label of
+    # vllm:cache_config_info, and each profile's value gets a branch; a vLLM reporting another
+    # value (or none) is judged by the highest profile's.
+    shares = profile_shares()
+    config_info = ctx.vllm("vllm:cache_config_info")
     for severity, key in (("warning", "level_warning_headroom_share"), ("critical", "level_critical_headroom_share")):
-        share = util + g.num(key) * (1 - util)
+        level = lambda u: number(round(u + g.num(key) * (1 - u), 4))
+        branches = [
+            f"({ctx.gpu_used} / {ctx.gpu_total} > {level(u)}\n"
+            f"  and {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization={utilization_label(u)!r}'.replace(chr(39), chr(34)))})"
+            for u in shares
+        ]
+        known = "|".join(utilization_label(u).replace(".", "\\\\.") for u in shares)
+        branches.append(
+            f"({ctx.gpu_used} / {ctx.gpu_total} > {level(util)}\n"
+            f"  unless {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization=~{chr(34)}{known}{chr(34)}')})"
+        )
         alerts.append(Alert(
             "GPUMemoryHigh", severity,
-            f"{ctx.gpu_used} / {ctx.gpu_total} > {number(round(share, 4))}",
+            "\nor ".join(branches),
             g.dur("level_for"),
             "A GPU's memory is close to full, beyond what vLLM preallocated.",
             fill(
-                f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates <util> of the "
-                "card at start-up; this alert fires when <used> of the headroom above that is gone.",
+                f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates its "
+                "gpu_memory_utilization of the card at start-up (<util> where it reports none of the "
+                "profiles' values); this alert fires when <used> of the headroom above that is gone.",
                 util=f"{util:.0%}", used=f"{g.num(key):.0%}",
             ),
         ))
