@@ -352,6 +352,10 @@ class Simulator:
             add((self.tx("vllm:num_preemptions_total", labels), self.preemptions))
             for name, hist in self.hist.items():
                 samples.extend(hist.samples(name, labels))
+            if sc.gpu and sc.gpu.gpu_memory_utilization is not None:
+                # vLLM's CacheConfig as an info gauge (the labels are str() of its fields).
+                add((self.tx("vllm:cache_config_info", VLLM, "engine", "0", "gpu_memory_utilization",
+                             str(float(sc.gpu.gpu_memory_utilization))), 1.0))
             add((self.tx("process_start_time_seconds", VLLM), round(self.process_start, 2)))
             add((self.tx("process_resident_memory_bytes", VLLM), round(rss_now[("api_server", "")])))
             for gen in range(3):
