@@ -111,7 +111,8 @@ class KubernetesRestarter:
             raise RestartError("the Kubernetes restarter evicts the pod an alert names; no alert given")
         pod, model = self.target(alert.labels)
         ready_before = sum(_ready(p) for p in self._model_pods(model))
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=self.namespace))
+        body = client.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                 metadata=client.V1ObjectMeta(name=pod, namespace=self.namespace))
         began = time.monotonic()
         for attempt in range(self.retries + 1):
             try:
