@@ -9,7 +9,8 @@ WORKDIR /opt/leakwatch
 COPY pyproject.toml README.md ./
 COPY config ./config
 COPY leakwatch ./leakwatch
-RUN pip install -e ".[gpu]"
+# gpu: NVML for the exporter; k8s: the Kubernetes client for the healer on Kubernetes.
+RUN pip install -e ".[gpu,k8s]"
 
 # Root, like vLLM in its container: reading another process's smaps_rollup needs the same user and
 # no fewer capabilities (the kernel's ptrace-read check). compose runs it read-only.
