@@ -224,3 +224,20 @@ def test_values_yaml_documents_every_line():
             or line.startswith("    ")   # members of a documented block
         assert documented, f"values.yaml line {i + 1} ({key}) has no comment"
     yaml.safe_load("\n".join(lines))
+
+
+def test_thresholds_in_values_through_the_generator(tmp_path):
+    """A user's thresholds file becomes a values file whose groups the chart renders."""
+    from leakwatch.helm import rules as helm_rules
+    from leakwatch.rules.thresholds import ALERTS_FILE
+
+    raw = yaml.safe_load(ALERTS_FILE.read_text())
+    raw["host"]["usage_warning_share"] = 0.8
+    mine = tmp_path / "alerts.yaml"
+    mine.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "thresholds-values.yaml"
+    assert helm_rules.main(["--config", str(mine), "--output", str(out)]) == 0
+    objects = engine.render(engine.load_values(VALUES_FILES[0], out))
+    (rule,) = by_kind(objects, "PrometheusRule")
+    assert rule["spec"]["groups"] == rule_groups(mine) != rule_groups()
+    assert helm_rules.main(["--config", str(tmp_path / "missing.yaml")]) == 2
