@@ -131,7 +131,7 @@ def _relabel_series(series: str) -> tuple[str, str | None, dict[str, str]]:
 # so the node's MemAvailable + SwapFree does not join a serving pod; the pod's memory limit (the
 # exporter's cgroup series; the chart always sets one) is the bound instead. The compose tests
 # below feed only the node's figures, so on Kubernetes these cases have nothing to compare with.
-KUBERNETES_DIFFERENCES = {
+KUBERNETES_DIFFERENCES = {  # test_host_leak_exhaustion_on_kubernetes_uses_the_pods_memory_limit covers the first
     ("worker host-memory leak", "HostMemoryLeak", "critical"): "exhaustion forecast needs the pod's cgroup limit",
     ("memory usage against the host", "HighMemoryUsage", None): "no container limit: the host's memory is the bound",
 }
@@ -262,3 +262,41 @@ def test_backtest_two_replicas_only_the_leaking_pod_alerts(tmp_path, rules_file)
         for e in r.fired:
             if r.rule.key.startswith("GPU"):
                 assert e.labels["namespace"] == leaky_pod["namespace"]
+
+
+def test_host_leak_exhaustion_on_kubernetes_uses_the_pods_memory_limit(rules_file, tmp_path):
+    """The compose test "worker host-memory leak", as Kubernetes sees it: two pods, the node's memory
+    out of the picture (its series carry the node exporter's pod), the leaking pod's container limit
+    read by its exporter sidecar. Warning and remediated critical fire for the leaking pod only."""
+    doc = yaml.safe_load((PROMETHEUS_DIR / "tests" / "host.test.yml").read_text())
+    (case,) = [t for t in doc["tests"] if t["name"] == "worker host-memory leak"]
+    limit = 6 << 30
+    pods = {"10.0.3.11": POD, "10.0.3.12": {**POD, "pod": "leakwatch-demo-5c7f9d-h3alt"}}
+    series = []
+    for ip, pod in pods.items():
+        for item in case["input_series"]:
+            if 'job="node"' in item["series"]:
+                continue
+            text, _, _ = _relabel_series(item["series"])
+            text = re.sub(r'instance="[^":]*:', f'instance="{ip}:', text).replace(POD["pod"], pod["pod"])
+            leaking = pod is POD
+            values = item["values"] if leaking else re.sub(r"\+\d+x", "+0x", item["values"])
+            series.append({"series": text, "values": values})
+        labels = f'instance="{ip}:9405",job="leakwatch",namespace="{pod["namespace"]}",pod="{pod["pod"]}"'
+        # What is left under the limit falls as in the compose test's MemAvailable (1 MiB a minute).
+        pss = f"{limit - 314572800}+1048576x200" if pod is POD else f"{limit // 2}x200"
+        series += [{"series": f"leakwatch_cgroup_memory_limit_bytes{{{labels}}}", "values": f"{limit}x200"},
+                   {"series": f'leakwatch_process_proportional_memory_bytes{{role="worker",rank="0",{labels}}}',
+                    "values": pss}]
+    case["input_series"] = series
+    for check in case["alert_rule_test"]:
+        for alert in check["exp_alerts"]:
+            alert["exp_labels"] = {**alert["exp_labels"], **POD, "instance": "10.0.3.11:9405"}
+            notes = alert["exp_annotations"]
+            notes["description"] = notes["description"].replace("leakwatch-exporter:9405", "10.0.3.11:9405")
+    doc["tests"] = [case]
+    doc["rule_files"] = [str(rules_file)]
+    path = tmp_path / "kubernetes-host.test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
