@@ -148,7 +148,9 @@ def test_one_deployment_per_profile_when_combined(rendered):
 
 
 def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
-    (pod_monitor,) = by_kind(rendered["values-demo.yaml"], "PodMonitor")
+    pod_monitor, healer_monitor = sorted(by_kind(rendered["values-demo.yaml"], "PodMonitor"),
+                                         key=lambda m: m["metadata"]["name"])
+    assert healer_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == identity.JOBS["healer"]
     (service_monitor,) = by_kind(rendered["all-profiles"], "ServiceMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}

@@ -76,7 +76,8 @@ def facts(settings: StackSettings | None = None) -> dict:
             "vllmHealth": "/health",
             "vllmModels": "/v1/models",
             "metrics": "/metrics",
-            "exporterHealth": EXPORTER_HEALTH_PATH,
+            # The exporter's and the healer's health path (both serve it).
+            "leakwatchHealth": EXPORTER_HEALTH_PATH,
             "healerWebhook": WEBHOOK_PATH,
         },
         "jobs": dict(identity.JOBS),
