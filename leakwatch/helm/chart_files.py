@@ -139,8 +139,7 @@ def _dashboard(text: str) -> str:
         source = re.sub(r"label_values\((.*), instance\)", r"\1", var["query"])
         for name, query in (("namespace", f"label_values({source}, namespace)"),
                             ("pod", f'label_values({source}{{namespace=~"$namespace"}}, pod)')):
-            variables.append({**var, "name": name, "label": name, "query": query,
-                              "definition": query, "includeAll": True, "multi": True})
+            variables.append({**var, "name": name, "label": name, "query": query, "includeAll": True, "multi": True})
     board.setdefault("templating", {})["list"] = variables
     text = json.dumps(board, indent=2, sort_keys=True)
     text = text.replace('instance=~\\"$instance\\"', pod_filter.replace('"', '\\"'))
