@@ -37,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{settings.service('healer').default_port})")
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help=f"file holding the bearer token (default: ${heal_token.TOKEN_ENV})")
-    parser.add_argument("--restarter", choices=["supervisor", "docker"], default="supervisor",
-                        help="how to restart vLLM: supervisord natively (default) or the Docker API")
+    parser.add_argument("--restarter", choices=["supervisor", "docker", "kubernetes"], default="supervisor",
+                        help="how to restart vLLM: supervisord natively (default), the Docker API, or "
+                             "evicting the alert's pod (Kubernetes)")
     parser.add_argument("--supervisor-socket", default=None, metavar="PATH",
                         help="supervisord's unix socket (default: the native stack's)")
     parser.add_argument("--program", default="vllm", help="supervisord program to restart (default vllm)")
@@ -52,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where cooldown and handled alerts persist across healer restarts")
     parser.add_argument("--config", default=str(heal_config.CONFIG_FILE), metavar="FILE",
                         help="policy file (default config/healer.yaml)")
+    kube = parser.add_argument_group("kubernetes restarter (docs/kubernetes.md)")
+    kube.add_argument("--namespace", default=None, help="namespace of the vLLM pods (the only one the healer acts in)")
+    kube.add_argument("--model-label", default=None, metavar="KEY",
+                      help="pod label every vLLM pod carries; other pods are never evicted")
+    kube.add_argument("--eviction-retries", type=int, default=5,
+                      help="retries of an eviction a PodDisruptionBudget refuses (429), default 5")
+    kube.add_argument("--eviction-retry-interval", type=float, default=30.0, metavar="SECONDS",
+                      help="seconds between those retries (default 30)")
 
 
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
@@ -61,7 +70,10 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
-    if args.restarter == "docker":
+    probe = None
+    if args.restarter == "kubernetes":
+        restarter, probe = _kubernetes_restarter(args)
+    elif args.restarter == "docker":
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
         restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout)
     else:
@@ -70,8 +82,33 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     state_file = Path(args.state_file) if args.state_file else None
     if state_file:
         state_file.parent.mkdir(parents=True, exist_ok=True)
-    healer = Healer(cfg, token, Policy(cfg, state_file), restarter, VllmProbe(vllm_url), HealerMetrics())
+    metrics = HealerMetrics()
+    if probe is not None:
+        restarter.on_refused = _refusal_counter(metrics)
+    healer = Healer(cfg, token, Policy(cfg, state_file), restarter, probe or VllmProbe(vllm_url), metrics)
     return healer, host, port
+
+
+def _kubernetes_restarter(args: argparse.Namespace):
+    from .kubernetes_restarter import KubernetesRestarter
+
+    if not args.namespace or not args.model_label:
+        raise LeakwatchError("--restarter kubernetes needs --namespace and --model-label")
+    restarter = KubernetesRestarter.in_cluster(args.namespace, args.model_label, retries=args.eviction_retries,
+                                               retry_interval_s=args.eviction_retry_interval)
+    return restarter, restarter
+
+
+def _refusal_counter(metrics: HealerMetrics):
+    from prometheus_client import Counter
+
+    from ..catalogue import load_csv
+    from .kubernetes_restarter import EVICTION_REFUSALS_METRIC, METRICS_CSV
+
+    row = load_csv(METRICS_CSV)[EVICTION_REFUSALS_METRIC]
+    counter = Counter(EVICTION_REFUSALS_METRIC.removesuffix("_total"), row["help"], row["labels"],
+                      registry=metrics.registry)
+    return counter.inc
 
 
 def run(args: argparse.Namespace) -> int:

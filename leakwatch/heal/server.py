@@ -85,7 +85,9 @@ class Healer:
             in_flight = self.probe.wait_idle(self.cfg.idle_wait_s)
             if in_flight is not None:
                 self.metrics.in_flight_at_stop.set(in_flight)
-            timing = self.restarter.restart()
+            # A restarter that acts on the alert's target (Kubernetes: its pod) gets the alert.
+            timing = self.restarter.restart(trigger) if getattr(self.restarter, "acts_on_alert", False) \
+                else self.restarter.restart()
             self.metrics.drain_duration.set(timing.stop_s)
             log.info("%s stopped after %.1fs (in flight at stop: %s); started in %.1fs; waiting for /health",
                      self.restarter.describe(), timing.stop_s, in_flight, timing.start_s)
