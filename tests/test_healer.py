@@ -19,6 +19,8 @@ from leakwatch.heal.token import TOKEN_ENV, ensure_file
 from .conftest import environ
 from .healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 
 @pytest.fixture(scope="module")
 def target():
@@ -182,7 +184,7 @@ def test_a_remediation_alert_drains_and_restarts_once(target, tmp_path):
     """Valid alert -> 202 and one restart; Alertmanager's repeats of it -> no second restart; a new
     episode inside the cooldown -> none either; an alert that began before the restart -> handled."""
     before = target.pid()
-    with running_healer(target, state_file=tmp_path / "state.json") as (url, healer):
+    with running_healer(target, state_file=tmp_path / "state.json") as (url, _healer):
         first = alert(starts_at=time.time() - 120)
         resp = post(url, notification(first))
         assert resp.status_code == 202, resp.text
