@@ -118,7 +118,7 @@ def recorded_names(rules_dir: Path | None = None) -> set[str]:
 
     from .paths import RULES_DIR
 
-    names = set()
+    names: set[str] = set()
     for path in sorted((rules_dir or RULES_DIR).glob("*.yml")):
         for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
             names.update(rule["record"] for rule in group.get("rules", []) if "record" in rule)
