@@ -34,8 +34,11 @@ logs:  ## follow the stack's logs
 	@$(LEAKWATCH) stack logs
 
 .PHONY: test test-fast
+# Two xdist workers: the stack tests (one group, one worker, one shared native stack) beside the rest.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: setup-dev lint  ## lint, then the whole test suite (starts and stops every server it needs)
-	@$(PY) -m pytest
+	@if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest; else $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup; fi
 
 # The unit + contract tier: no test here starts another program (tests/conftest.py enforces it).
 test-fast: setup-dev  ## unit and contract tests only: no servers, promtool, Locust or Chromium (< 3 min)

@@ -130,10 +130,15 @@ def metric_catalogue(native_stack) -> set[str]:
 
 def pytest_collection_modifyitems(items):
     """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
-    keep their order (the sort is stable)."""
+    keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
+    test goes to one worker, in this order, so the session's native stack starts once and no two vLLMs
+    compete for the cores; the other worker runs the unit and integration tiers meanwhile."""
     def rank(item) -> int:
         return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
     items.sort(key=rank)
+    for item in items:
+        if item.get_closest_marker("stack"):
+            item.add_marker(pytest.mark.xdist_group("native_stack"))
 
 
 # --- Test tiers --------------------------------------------------------------------------------------

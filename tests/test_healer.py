@@ -83,7 +83,9 @@ def test_token_file_is_created_private_and_kept(tmp_path):
 
 # -- refusals ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()])
+# Fixed ids: the token is random per process, and xdist workers must collect the same test names.
+@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()],
+                         ids=["none", "empty", "wrong", "truncated", "extended", "upper-cased"])
 def test_missing_or_wrong_token_is_401(healer, token):
     url, _ = healer
     resp = post(url, notification(alert()), token=token)
