@@ -137,7 +137,7 @@ def pytest_collection_modifyitems(items):
         return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
     items.sort(key=rank)
     for item in items:
-        if item.get_closest_marker("stack"):
+        if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group("native_stack"))
 
 
