@@ -34,7 +34,7 @@ class Prometheus:
         return body["data"]
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr}
+        params: dict[str, str | float] = {"query": expr}
         if at is not None:
             params["time"] = at
         return self._get("/api/v1/query", **params)["result"]

@@ -8,7 +8,7 @@ See the README's "Load testing" section for every option; loadtest/locust.conf h
 try:
     from leakwatch.loadgen.locust_plugin import LeakwatchShape, StreamingUser  # noqa: F401 (Locust finds the shape)
 except ImportError as exc:  # Locust without this checkout's package
-    raise SystemExit(f"loadtest/ needs the leakwatch package: run `make setup-dev` or `pip install -e '.[load]'` ({exc})")
+    raise SystemExit(f"loadtest/ needs the leakwatch package: run `make setup-dev` or `pip install -e '.[load]'` ({exc})") from None
 
 
 class CreativeWritingUser(StreamingUser):

@@ -19,6 +19,8 @@ from leakwatch.heal.token import TOKEN_ENV, ensure_file
 from .conftest import environ
 from .healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 
 @pytest.fixture(scope="module")
 def target():
@@ -81,7 +83,9 @@ def test_token_file_is_created_private_and_kept(tmp_path):
 
 # -- refusals ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()])
+# Fixed ids: the token is random per process, and xdist workers must collect the same test names.
+@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()],
+                         ids=["none", "empty", "wrong", "truncated", "extended", "upper-cased"])
 def test_missing_or_wrong_token_is_401(healer, token):
     url, _ = healer
     resp = post(url, notification(alert()), token=token)
@@ -182,7 +186,7 @@ def test_a_remediation_alert_drains_and_restarts_once(target, tmp_path):
     """Valid alert -> 202 and one restart; Alertmanager's repeats of it -> no second restart; a new
     episode inside the cooldown -> none either; an alert that began before the restart -> handled."""
     before = target.pid()
-    with running_healer(target, state_file=tmp_path / "state.json") as (url, healer):
+    with running_healer(target, state_file=tmp_path / "state.json") as (url, _healer):
         first = alert(starts_at=time.time() - 120)
         resp = post(url, notification(first))
         assert resp.status_code == 202, resp.text

@@ -148,7 +148,7 @@ class Drill:
                "--load-shape", "production-day", "--requests-per-day", f"{self.cfg.requests_per_day:g}",
                "--time-compression", f"{self.cfg.time_compression:g}", "--day-length", f"{span_s:.0f}s",
                "--stop-timeout", "10"]
-        log = open(self.state / "logs" / f"{log_name}.log", "w")
+        log = open(self.state / "logs" / f"{log_name}.log", "w")  # noqa: SIM115 - the child owns it
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
                                 env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"})
 

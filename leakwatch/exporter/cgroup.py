@@ -56,6 +56,6 @@ class CgroupReader:
                 directory = self._dir("memory", entry.path)
                 if (directory / "memory.usage_in_bytes").exists():
                     usage = int((directory / "memory.usage_in_bytes").read_text())
-                    limit = int((directory / "memory.limit_in_bytes").read_text())
-                    return CgroupMemory(usage, None if limit >= V1_UNLIMITED else limit)
+                    limit_bytes = int((directory / "memory.limit_in_bytes").read_text())
+                    return CgroupMemory(usage, None if limit_bytes >= V1_UNLIMITED else limit_bytes)
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
 from ..settings import load as load_settings

@@ -37,7 +37,7 @@ class PolicyState:
         return json.dumps({"restarts": self.restarts[-100:], "seen": self.seen})
 
     @classmethod
-    def from_file(cls, path: Path | None) -> "PolicyState":
+    def from_file(cls, path: Path | None) -> PolicyState:
         if path is None or not path.exists():
             return cls()
         try:

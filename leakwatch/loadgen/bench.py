@@ -18,6 +18,7 @@ highest level that does. The last line is the summary:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -106,7 +107,7 @@ class VllmClient:
 
     def __init__(self, log_path: Path):
         self.proc = subprocess.Popen([sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),  # noqa: SIM115 - the child owns it
                                      text=True, bufsize=1)
         ready = self.proc.stdout.readline()
         if '"ready"' not in ready:
@@ -280,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         p50_err, p90_err = float(np.median(p50_errs)), float(np.median(p90_errs))
         # The noise floor: each client against its own next run (same server, same prompts).
         theirs_runs, ours_runs = [t for _, t in per_pair], [o for o, _ in per_pair]
-        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(theirs_runs, theirs_runs[1:])]
-        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(ours_runs, ours_runs[1:])]
+        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(theirs_runs)]
+        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(ours_runs)]
         print(f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "

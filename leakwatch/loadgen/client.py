@@ -149,7 +149,7 @@ class StreamingClient:
             raise
         except sse.MalformedStream as exc:
             self._fail(result, "malformed_sse", str(exc), start)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             if got_headers:
                 self._fail(result, "stream_timeout", "no data within the request timeout", start)
             else:

@@ -283,7 +283,7 @@ class LoadgenRun:
         return StreamingClient(host, opts.api_key or None, connect_timeout=opts.connect_timeout,
                                request_timeout=opts.request_timeout)
 
-    def send_one(self, user: "StreamingUser") -> None:
+    def send_one(self, user: StreamingUser) -> None:
         opts = self.options
         limit = self.limit_share()
         if limit and self.issued >= limit:
@@ -321,7 +321,7 @@ class LoadgenRun:
             if self.role == "local":
                 self.flush_rows()
 
-    def _fire_locust_events(self, user: "StreamingUser", workload: str, result: StreamResult) -> None:
+    def _fire_locust_events(self, user: StreamingUser, workload: str, result: StreamResult) -> None:
         fire = self.env.events.request.fire
         name = f"/v1{API_PATHS[self.options.api]} [{workload}]"
         fire(request_type="POST", name=name, response_time=result.e2e * 1000, response_length=result.response_bytes,

@@ -151,7 +151,7 @@ class LoadgenOptions:
     sd_host: str
 
     @classmethod
-    def from_parsed(cls, parsed) -> "LoadgenOptions":
+    def from_parsed(cls, parsed) -> LoadgenOptions:
         """Validated settings from Locust's parsed options; OptionError names what is wrong."""
         get = {dest(flag): getattr(parsed, dest(flag), default) for flag, _, default, _, _ in OPTIONS}
 

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
-import yaml
 
 from .. import demo_model
 from .. import profiles as model_profiles

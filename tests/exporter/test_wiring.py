@@ -41,6 +41,7 @@ def test_both_runners_scrape_the_exporter(monkeypatch):
 
 
 @pytest.mark.parametrize("profile", profiles.available())
+@pytest.mark.integration
 def test_compose_exporter_per_profile(profile):
     prof = profiles.load(profile)
     config = resolved(profile)

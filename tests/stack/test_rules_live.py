@@ -34,7 +34,7 @@ def test_every_metric_a_rule_reads_is_emitted_by_a_real_exporter(native_stack, m
     for rule in (*recording, *alerting):
         missing = metric_names(rule.expr) - known
         if missing:
-            unknown[getattr(rule, "name")] = sorted(missing)
+            unknown[rule.name] = sorted(missing)
     assert not unknown, f"rules read metrics no exporter emits: {unknown}"
 
 
