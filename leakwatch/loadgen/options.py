@@ -89,6 +89,9 @@ OPTIONS = [
     ("--tokenizer", "LOCUST_TOKENIZER", "server", str,
      "how prompt lengths are measured: server (its /tokenize), a Hugging Face model folder, or estimate"),
     ("--seed", "LOCUST_SEED", 0, int, "seed of the corpora and the arrival schedule"),
+    ("--client-profile", "LOCUST_CLIENT_PROFILE", "auto", str,
+     "serving profile whose client conventions every request follows (newline token, stop, special "
+     "tokens): a name in serving/profiles/, auto (the profile serving --model) or none"),
     ("--ignore-eos", "LOCUST_IGNORE_EOS", True, _bool,
      "ask vLLM for exactly max_tokens (so output lengths follow the distribution); false lets the model stop"),
     ("--request-timeout", "LOCUST_REQUEST_TIMEOUT", 600.0, float,
@@ -140,6 +143,7 @@ class LoadgenOptions:
     prompts_file: str
     tokenizer: str
     seed: int
+    client_profile: str
     ignore_eos: bool
     request_timeout: float
     connect_timeout: float
@@ -176,6 +180,12 @@ class LoadgenOptions:
         shape = str(get["load_shape"]).strip()
         if shape not in SHAPES:
             fail("load-shape", f"{shape!r} is not one of {', '.join(SHAPES)}")
+        client_profile = str(get["client_profile"] or "auto").strip()
+        if client_profile not in ("auto", "none"):
+            from ..profiles import available
+
+            if client_profile not in available():
+                fail("client-profile", f"{client_profile!r} is not auto, none or one of {', '.join(available())}")
         for flag in ("requests-per-day", "time-compression", "request-timeout", "connect-timeout"):
             if not num(flag) > 0:
                 fail(flag, "must be greater than 0")
@@ -216,7 +226,7 @@ class LoadgenOptions:
             output_scales=_scales(get["output_scale"], fail, "output-scale"), max_output_tokens=num("max-output-tokens", int),
             corpus_size=num("corpus-size", int), prompts_file=str(get["prompts_file"] or "").strip(),
             tokenizer=str(get["tokenizer"] or "server").strip(), seed=num("seed", int),
-            ignore_eos=_bool(get["ignore_eos"]), request_timeout=num("request-timeout"),
+            client_profile=client_profile, ignore_eos=_bool(get["ignore_eos"]), request_timeout=num("request-timeout"),
             connect_timeout=num("connect-timeout"), request_limit=num("request-limit", int),
             request_log=str(get["request_log"] or "").strip(), summary_file=str(get["loadgen_summary"] or "").strip(),
             metrics_port=port, sd_dir=str(get["prometheus_sd_dir"] if get["prometheus_sd_dir"] is not None else "auto").strip(),

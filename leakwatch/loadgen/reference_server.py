@@ -1,0 +1,273 @@
+"""A reference streaming server: OpenAI-compatible SSE with scripted timings, and a record of the truth.
+
+`make bench-loadgen` judges a client's TTFT and ITL against what the server really did, not against
+another client on a noisy server. This server answers /v1/completions and /v1/chat/completions
+(streaming, usage in the last chunk, as vLLM sends it), /v1/models and /health. For every request
+it waits a first-token delay and then gaps between tokens drawn from known distributions (log-normal
+TTFT, gamma ITL), seeded by the request's key, so every client meets the same script. It records
+the moment it read the request line and the moment each token's chunk was handed to the socket
+(time.perf_counter after the write, on the event loop that wrote it).
+
+A request's key: its `x-request-id` header (both leakwatch's load generator and vLLM's benchmark
+client send one), else a `[lw-req N]` nonce in the prompt, else a counter. The first token's text
+carries the key (` <key>`) so a client that keeps only the generated text can be paired too.
+
+    python -m leakwatch.loadgen.reference_server --port 8123
+    GET /truth          the record since the last reset: {key: {"received", "tokens": [write times]}}
+    POST /truth/reset   clear it
+
+Bound to 127.0.0.1 unless --host says otherwise. Not a model: every token is the word " the".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import random
+import re
+import signal
+import time
+from dataclasses import dataclass
+
+NONCE = re.compile(r"\[lw-req ([A-Za-z0-9_.:-]+)\]")
+MAX_BODY = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Script:
+    """The timing distributions: TTFT log-normal (median, sigma), ITL gamma (mean, shape)."""
+
+    ttft_median_s: float = 0.200
+    ttft_sigma: float = 0.5
+    itl_mean_s: float = 0.050
+    itl_shape: float = 4.0
+    seed: int = 0
+
+    def timings(self, key: str, tokens: int) -> tuple[float, list[float]]:
+        """(first-token delay, gaps before tokens 2..n) for one request; the same key, the same script."""
+        digest = hashlib.sha256(f"{self.seed}:{key}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        ttft = rng.lognormvariate(math.log(self.ttft_median_s), self.ttft_sigma)
+        gaps = [rng.gammavariate(self.itl_shape, self.itl_mean_s / self.itl_shape) for _ in range(max(0, tokens - 1))]
+        return ttft, gaps
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class ReferenceServer:
+    def __init__(self, script: Script, model: str = "reference", max_model_len: int = 4096):
+        self.script = script
+        self.model = model
+        self.max_model_len = max_model_len
+        self.record: dict[str, dict] = {}
+        self.counter = 0
+
+    # -- HTTP/1.1 with keep-alive, just enough for OpenAI clients -----------------------------------------
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request_line = await reader.readline()
+                received = time.perf_counter()
+                if not request_line or not request_line.strip():
+                    break
+                try:
+                    method, target, _version = request_line.decode("latin-1").split(" ", 2)
+                except ValueError:
+                    await self._send_json(writer, 400, {"error": {"message": "bad request line"}}, close=True)
+                    break
+                headers = {}
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length") or 0)
+                if length > MAX_BODY:
+                    await self._send_json(writer, 413, {"error": {"message": "body too large"}}, close=True)
+                    break
+                body = await reader.readexactly(length) if length else b""
+                keep = await self.route(method, target.split("?", 1)[0], headers, body, writer, received)
+                if not keep or headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - the peer may be gone already
+                pass
+
+    async def route(self, method, path, headers, body, writer, received) -> bool:
+        path = path.rstrip("/")
+        if path.endswith("/v1/completions") or path.endswith("/v1/chat/completions"):
+            if method != "POST":
+                return await self._send_json(writer, 405, {"error": {"message": "use POST"}})
+            try:
+                request = self._parse(body, chat=path.endswith("/chat/completions"))
+            except BadRequest as exc:
+                return await self._send_json(writer, exc.status, {"error": {"message": str(exc), "code": exc.status}})
+            await self.stream(writer, request, headers, received)
+            return True
+        if path == "/health":
+            return await self._send(writer, 200, b"", "text/plain")
+        if path == "/v1/models":
+            return await self._send_json(writer, 200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": "leakwatch", "root": self.model,
+                 "max_model_len": self.max_model_len}]})
+        if path == "/truth" and method == "GET":
+            return await self._send_json(writer, 200, self.record)
+        if path == "/truth/reset" and method == "POST":
+            self.record = {}
+            return await self._send_json(writer, 200, {"reset": True})
+        return await self._send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+
+    def _parse(self, body: bytes, chat: bool) -> dict:
+        try:
+            data = json.loads(body or b"null")
+        except ValueError:
+            raise BadRequest(400, "the body is not JSON") from None
+        if not isinstance(data, dict):
+            raise BadRequest(400, "the body is not a JSON object")
+        if data.get("model") not in (None, self.model):
+            raise BadRequest(404, f"The model `{data.get('model')}` does not exist.")
+        if not data.get("stream"):
+            raise BadRequest(400, "this reference server only streams (set \"stream\": true)")
+        tokens = data.get("max_tokens") or data.get("max_completion_tokens") or 16
+        if not isinstance(tokens, int) or tokens < 1:
+            raise BadRequest(400, "max_tokens must be a positive integer")
+        if chat:
+            messages = data.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest(400, "messages must be a non-empty list")
+            text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        else:
+            text = data.get("prompt")
+            if isinstance(text, list):
+                text = " ".join(map(str, text))
+            if not isinstance(text, str):
+                raise BadRequest(400, "prompt must be a string")
+        usage = bool((data.get("stream_options") or {}).get("include_usage"))
+        return {"chat": chat, "text": text, "tokens": tokens, "usage": usage}
+
+    def _key(self, headers: dict, text: str) -> str:
+        key = headers.get("x-request-id")
+        if not key:
+            match = NONCE.search(text)
+            key = match.group(1) if match else None
+        if not key or key in self.record:
+            self.counter += 1
+            key = f"{key or 'anon'}#{self.counter}"
+        return key
+
+    async def stream(self, writer, request: dict, headers: dict, received: float) -> None:
+        key = self._key(headers, request["text"])
+        n = request["tokens"]
+        ttft, gaps = self.script.timings(key, n)
+        entry = {"received": received, "tokens": [], "scripted_ttft": ttft}
+        self.record[key] = entry
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+        chat = request["chat"]
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{key}"
+        created = int(time.time())
+        base = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                "model": self.model}
+        if chat:
+            self._event(writer, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                      "finish_reason": None}]})
+        # Sleep to absolute deadlines from the request's arrival, so one late wake-up does not shift the rest.
+        due = received + ttft
+        for i in range(n):
+            if i:
+                due += gaps[i - 1]
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            text = f" {key}" if i == 0 else " the"
+            finish = "length" if i == n - 1 else None
+            if chat:
+                choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            self._event(writer, {**base, "choices": [choice]})
+            await writer.drain()
+            entry["tokens"].append(time.perf_counter())
+        if request["usage"]:
+            prompt_tokens = max(1, len(request["text"].split()))
+            self._event(writer, {**base, "choices": [], "usage": {
+                "prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}})
+        self._chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    @staticmethod
+    def _chunk(writer, data: bytes) -> None:
+        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _event(self, writer, payload: dict) -> None:
+        self._chunk(writer, b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
+
+    async def _send_json(self, writer, status: int, payload, close: bool = False) -> bool:
+        return await self._send(writer, status, json.dumps(payload).encode(), "application/json", close)
+
+    @staticmethod
+    async def _send(writer, status: int, body: bytes, ctype: str, close: bool = False) -> bool:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  413: "Payload Too Large"}.get(status, "Error")
+        writer.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
+                     f"{'connection: close' + chr(13) + chr(10) if close else ''}\r\n".encode() + body)
+        await writer.drain()
+        return not close
+
+
+def truth_of(entry: dict) -> tuple[float, list[float]]:
+    """(TTFT, ITLs) in seconds as the server did them: first write after the request arrived, gaps between writes."""
+    tokens = entry["tokens"]
+    return tokens[0] - entry["received"], [b - a for a, b in zip(tokens, tokens[1:])]
+
+
+async def serve(host: str, port: int, server: ReferenceServer) -> None:
+    srv = await asyncio.start_server(server.handle, host, port, backlog=4096, limit=MAX_BODY)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"reference server on http://{host}:{srv.sockets[0].getsockname()[1]}", flush=True)
+    async with srv:
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--model", default="reference", help="the one model name served")
+    parser.add_argument("--ttft-median-ms", type=float, default=Script.ttft_median_s * 1000)
+    parser.add_argument("--ttft-sigma", type=float, default=Script.ttft_sigma, help="log-normal sigma of the TTFT")
+    parser.add_argument("--itl-mean-ms", type=float, default=Script.itl_mean_s * 1000)
+    parser.add_argument("--itl-shape", type=float, default=Script.itl_shape, help="gamma shape of the ITL")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.ttft_median_ms <= 0 or args.itl_mean_ms <= 0 or args.ttft_sigma < 0 or args.itl_shape <= 0:
+        parser.error("timings must be positive (sigma may be 0)")
+    script = Script(args.ttft_median_ms / 1000, args.ttft_sigma, args.itl_mean_ms / 1000, args.itl_shape, args.seed)
+    try:
+        import uvloop  # what vLLM's own API server runs on; lower scheduling lag than asyncio's default loop
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(args.host, args.port, ReferenceServer(script, args.model)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
