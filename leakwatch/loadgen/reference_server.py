@@ -184,23 +184,34 @@ class ReferenceServer:
         if chat:
             self._event(writer, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                       "finish_reason": None}]})
-        # Sleep to absolute deadlines from the request's arrival, so one late wake-up does not shift the rest.
-        due = received + ttft
-        for i in range(n):
-            if i:
-                due += gaps[i - 1]
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            text = f" {key}" if i == 0 else " the"
-            finish = "length" if i == n - 1 else None
+        # The chunks are encoded once per request: the server's own CPU per token stays small, so its
+        # writes keep to the script at hundreds of streams.
+        def encoded(text: str, finish) -> bytes:
             if chat:
                 choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-            self._event(writer, {**base, "choices": [choice]})
-            await writer.drain()
-            entry["tokens"].append(time.perf_counter())
+            data = b"data: " + json.dumps({**base, "choices": [choice]}, separators=(",", ":")).encode() + b"\n\n"
+            return b"%x\r\n%s\r\n" % (len(data), data)
+
+        middle, last = encoded(" the", None), encoded(" the", "length")
+        # The first token is due ttft after the request arrived; each next one its gap after the last
+        # write (a late token delays the rest, as on a real server, instead of a catch-up burst).
+        due = received + ttft
+        stamps = entry["tokens"]
+        for i in range(n):
+            if i:
+                due = stamps[-1] + gaps[i - 1]
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if i == 0:
+                writer.write(encoded(f" {key}", "length" if n == 1 else None))
+            else:
+                writer.write(last if i == n - 1 else middle)
+            stamps.append(time.perf_counter())
+            if writer.transport.get_write_buffer_size():
+                await writer.drain()  # a slow reader: wait, as a real server's flow control does
         if request["usage"]:
             prompt_tokens = max(1, len(request["text"].split()))
             self._event(writer, {**base, "choices": [], "usage": {
