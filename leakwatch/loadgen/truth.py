@@ -92,8 +92,12 @@ def judge(run: dict, record: dict) -> dict:
     else:
         itls = np.array(run["itls"])
         itl_p50, itl_p90 = float(np.percentile(itls, 50)), float(np.percentile(itls, 90))
+    # How late the server itself was against its script (its truth stays what it did, but a late
+    # server means a loaded machine).
+    late = [truth_of(e)[0] - e["scripted_ttft"] for e in record.values() if e["tokens"] and "scripted_ttft" in e]
     out = {"client": run["client"], "paired": len(pairs), "completed": run["completed"], "records": len(record),
-           "per_request_err_p50": float(np.median(client - truth))}
+           "per_request_err_p50": float(np.median(client - truth)),
+           "server_late_p90": float(np.percentile(late, 90)) if late else float("nan")}
     for q in (50, 90):
         c, t = float(np.percentile(client, q)), float(np.percentile(truth, q))
         out[f"ttft_p{q}"], out[f"truth_ttft_p{q}"], out[f"ttft_p{q}_err"] = c, t, c - t
@@ -116,7 +120,8 @@ def line(label: str, runs: list[dict]) -> str:
     t90 = np.median([r["truth_ttft_p90"] for r in runs]) * 1000
     return (f"  {label:<8} ttft p50 err {ms('ttft_p50_err')} of {t50:6.1f}, p90 err {ms('ttft_p90_err')} of {t90:6.1f}; "
             f"itl p50 err {ms('itl_p50_err')}, p90 err {ms('itl_p90_err')}; "
-            f"paired {sum(r['paired'] for r in runs)}/{sum(r['completed'] for r in runs)}")
+            f"paired {sum(r['paired'] for r in runs)}/{sum(r['completed'] for r in runs)}; "
+            f"server behind its script p90 {np.median([r['server_late_p90'] for r in runs]) * 1000:.1f} ms")
 
 
 def median_err(runs: list[dict], key: str) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 
 import gevent
@@ -74,6 +75,7 @@ class Sender:
 
     def __init__(self, run):
         self.run = run
+        self.run_token = secrets.token_hex(3)
         run.sender = self
         events = run.env.events
         events.test_start.add_listener(self.on_test_start)
@@ -84,6 +86,8 @@ class Sender:
         if opts is None:
             return
         run.start_timeline()
+        # Request ids unique across runs, so vLLM's logs of one run are not mistaken for another's.
+        self.run_token = secrets.token_hex(3)
         run.schedule = None
         run.samples = []
         if opts.shape == "production-day" and run.role != "master":
@@ -128,10 +132,10 @@ class Sender:
         prompt = run.corpora[user.workload].next()
         rules = run.conventions
         content = rules.prompt(prompt.content) if rules else prompt.content
-        extra = rules.request_fields() if rules else None
+        extra = {**(rules.request_fields() if rules else {}), **opts.extra_body}
         body = request_body(opts.api, run.model, content, prompt.output_tokens, opts.ignore_eos, extra)
         run.issued += 1
-        request_id = f"lw-{run.process_name}-{run.issued}"
+        request_id = f"lw-{self.run_token}-{run.process_name}-{run.issued}"
         sent_unix = time.time()
         run.stats.stream_opened()
         try:
