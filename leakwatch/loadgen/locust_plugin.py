@@ -51,11 +51,8 @@ class StreamingUser(User):
 
     def on_start(self) -> None:
         self.run = current_run()
-        sender = getattr(self.run, "sender", None)
-        if sender is None:
-            raise RuntimeError("the locustfile must use(Sender, ...) from leakwatch.loadgen.listeners")
-        self.sender = sender
-        self.stream_client = sender.new_client(self.host)
+        self.sender = self.run.sender
+        self.stream_client = self.sender.new_client(self.host)
 
     def on_stop(self) -> None:
         self.stream_client.close()
@@ -109,8 +106,20 @@ def _on_init(environment, runner, web_ui, **kwargs):
     except OptionError as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
+    missing = _missing_listeners()
+    if missing:
+        log.error("the locustfile must use(%s) from leakwatch.loadgen.listeners (it chose: %s)", ", ".join(missing),
+                  ", ".join(c.__name__ for c in _chosen) or "none")
+        raise SystemExit(2)
     # Created here, after this module's own test_start listener, so the run is reset before they act.
     run.listeners = [cls(run) for cls in _chosen]
+
+
+def _missing_listeners() -> list[str]:
+    """The listeners nothing can run without: the corpus and the sender (the rest are optional)."""
+    from .listeners import CorpusPreparation, Sender
+
+    return [cls.__name__ for cls in (CorpusPreparation, Sender) if not any(issubclass(c, cls) for c in _chosen)]
 
 
 @events.test_start.add_listener

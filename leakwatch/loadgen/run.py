@@ -47,6 +47,7 @@ class LoadgenRun:
         self.share = (0, 1)               # (index, count) of this worker among the workers
         self.corpora: dict = {}           # workload -> PromptCycle (CorpusPreparation fills it)
         self.conventions = None           # the model's ClientConventions (CorpusPreparation sets them)
+        self.conventions_info: dict | None = None  # what they are, for the summary (the master gets it from workers)
         self.schedule = None              # the open-loop SharedSchedule (Sender)
         self.model = ""
         self.server = None                # tokens.ServerInfo from the probe
@@ -60,6 +61,7 @@ class LoadgenRun:
         self.pending_rows: list[dict] = []
         self.cpu_at_start: float | None = None
         self.listeners: list = []
+        self.sender = None                # the Sender listener (the users send through it)
 
     # -- settings --------------------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class LoadgenRun:
             "host": self.host, "model": self.model, "shape": opts.shape if opts else None,
             "shape_description": opts.describe_shape() if opts else None, "notes": self.notes,
             "quantiles": list(QUANTILES), "issued": self.issued,
-            "client_conventions": self.conventions.describe() if self.conventions else None,
+            "client_conventions": self.conventions_info,
             "completion_samples": self.samples,
         })
         if self.schedule is not None:

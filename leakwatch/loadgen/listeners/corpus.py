@@ -77,6 +77,7 @@ class CorpusPreparation:
             run.conventions = conventions.resolve(opts.client_profile, run.model)
         except Exception as exc:  # noqa: BLE001 - profiles.load names what is wrong
             raise OptionError(f"--client-profile: {exc}") from None
+        run.conventions_info = run.conventions.describe()
         if run.conventions.profile is not None:
             run.note(f"client conventions of profile {run.conventions.name}: {run.conventions.describe()}")
         max_len = run.server.max_model_len if run.server else None

@@ -33,7 +33,8 @@ class StatsMerge:
         wire = run.stats.take_delta()
         wire["cpu_seconds"] = {run.process_name: run.cpu_used()}
         data["leakwatch"] = {"stats": wire, "issued": run.issued, "rows": run.take_rows(), "model": run.model,
-                             "notes": run.notes, "samples": run.samples}
+                             "notes": run.notes, "samples": run.samples,
+                             "conventions": run.conventions_info}
 
     def on_worker_report(self, client_id, data, **kwargs) -> None:
         run = self.run
@@ -44,6 +45,7 @@ class StatsMerge:
         run.worker_issued[client_id] = report["issued"]
         run.issued = sum(run.worker_issued.values())
         run.model = run.model or report["model"]
+        run.conventions_info = run.conventions_info or report.get("conventions")
         run.notes.extend(n for n in report["notes"] if n not in run.notes)
         run.samples.extend(s for s in report.get("samples", ()) if s not in run.samples)
         run.emit_rows(report["rows"])

@@ -110,8 +110,6 @@ class Sender:
 
     def send_one(self, user) -> None:
         run, opts = self.run, self.run.options
-        if not run.corpora:
-            raise RuntimeError("no corpus was prepared: the locustfile must use(CorpusPreparation, Sender, ...)")
         limit = run.limit_share()
         if limit and run.issued >= limit:
             gevent.sleep(0.5)  # this process's share is sent; the shape ends the test when all are done
