@@ -13,10 +13,12 @@ import requests
 
 from leakwatch.loadgen import truth
 from leakwatch.loadgen.client import StreamingClient, request_body
+from leakwatch.loadgen.options import LoadgenOptions, OptionError
 from leakwatch.loadgen.reference_server import Script
 from leakwatch.native.ports import free_port
 
 from .locust_run import run_locust
+from .test_shapes_and_options import parsed
 
 
 @pytest.fixture(scope="module")
@@ -134,17 +136,27 @@ def test_no_conventions_for_a_model_no_profile_serves(reference, tmp_path):
     assert run.summary["client_conventions"]["profile"] == "none"
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--client-profile", "janeway"), "--client-profile: 'janeway' is not auto, none or one of"),
-    (("--extra-body", "[1]"), "--extra-body: must be a JSON object, not list"),
-    (("--extra-body", "{temperature: 0}"), "--extra-body: not JSON"),
-    (("--extra-body", '{"stream": false}'), "--extra-body: may not set stream"),
-])
-def test_bad_convention_options_stop_with_a_clear_message(tmp_path, args, message):
-    run = run_locust(tmp_path, "http://127.0.0.1:9", *args, timeout=60)
+def test_bad_convention_options_stop_locust_with_a_clear_message(tmp_path):
+    run = run_locust(tmp_path, "http://127.0.0.1:9", "--client-profile", "janeway", timeout=60)
     assert run.returncode != 0
-    assert message in run.output
+    assert "--client-profile: 'janeway' is not auto, none or one of" in run.output
     assert "Traceback" not in run.output
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[1]", "--extra-body: must be a JSON object, not list"),
+    ("{temperature: 0}", "--extra-body: not JSON"),
+    ('{"stream": false, "model": "x"}', "--extra-body: may not set model, stream"),
+])
+def test_bad_extra_body_is_named(value, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        LoadgenOptions.from_parsed(parsed(extra_body=value))
+
+
+def test_extra_body_and_profile_are_read():
+    opts = LoadgenOptions.from_parsed(parsed(extra_body='{"temperature": 0}', client_profile=" none "))
+    assert opts.extra_body == {"temperature": 0} and opts.client_profile == "none"
+    assert LoadgenOptions.from_parsed(parsed()).extra_body == {}
 
 
 def test_pairing_reports_errors_against_the_truth():
