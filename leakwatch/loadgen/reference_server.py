@@ -263,7 +263,10 @@ class Connection:
         self.fd = sock.fileno()
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:  # not Linux: the arrival is when the loop reads it (the server's lag counts then)
+            pass
         self.buffer = bytearray()
         self.consumed = 0                      # stream offset of buffer[0]
         self.segments: list[tuple[int, float]] = []  # (stream offset, perf_counter arrival) of each recv
