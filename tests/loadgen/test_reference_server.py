@@ -211,3 +211,30 @@ def test_a_locustfile_without_a_sender_says_so(reference, tmp_path):
     assert run.returncode == 2
     assert "the locustfile must use(Sender) from leakwatch.loadgen.listeners (it chose: CorpusPreparation)" in run.output
     assert "Traceback" not in run.output
+
+
+@pytest.mark.slow
+def test_vllms_benchmark_client_is_paired_with_the_record(reference, tmp_path):
+    """vLLM's own client (the real one, as `make bench-loadgen` runs it) keeps only the generated text:
+    its first word, written by the server as the key, pairs every request."""
+    from leakwatch.demo_model import build_tokenizer
+    from leakwatch.loadgen.bench import AnswerTexts, VllmClient
+    from leakwatch.loadgen.tokens import LocalTokenizer
+
+    build_tokenizer(tmp_path / "tok", 512, 256)
+    answer = AnswerTexts(LocalTokenizer(str(tmp_path / "tok"))).of(4)
+    sharegpt = tmp_path / "sharegpt.json"
+    sharegpt.write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": f"[lw-req {i}] tell me a story about the sea and the ship, please"},
+        {"from": "gpt", "value": answer}]} for i in range(8)]))
+    client = VllmClient(tmp_path / "vllm-client.log")
+    try:
+        truth.take_record(reference)
+        run = client.run(reference, tmp_path / "tok", sharegpt, 8, 4, model=truth.MODEL)
+    finally:
+        client.close()
+    record = truth.take_record(reference)
+    judged = truth.judge(run, record)
+    assert judged["paired"] == run["completed"] == len(record) == 8
+    assert all(e["fields"]["max_tokens"] == 4 for e in record.values())
+    assert 0 <= judged["ttft_p50_err"] < 0.25
