@@ -20,6 +20,9 @@ from leakwatch.native.ports import free_port
 from .locust_run import run_locust
 from .test_shapes_and_options import parsed
 
+# The reference server runs as its own process (and one test runs Locust and vLLM's client).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
