@@ -93,9 +93,10 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def alert(status: str = "firing", name: str = "LeakwatchHostMemoryLeak", remediate: str | None = "true",
+def alert(status: str = "firing", name: str = "HostMemoryLeak", remediate: str | None = "true",
           fingerprint: str = "a1b2c3d4e5f60718", starts_at: float | None = None, **labels) -> dict:
-    all_labels = {"alertname": name, "severity": "critical", **labels}
+    all_labels = {"alertname": name, "severity": "critical", "job": "leakwatch", "instance": "127.0.0.1:9405",
+                  **labels}
     if remediate is not None:
         all_labels["remediate"] = remediate
     return {"status": status, "labels": all_labels, "annotations": {"summary": "test"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
+
+LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 
 # Debian package that provides each binary, for the error message when one is missing.
 DEBIAN_BINARIES = {
@@ -98,8 +101,9 @@ def stack_programs(
                 f"--storage.tsdb.path={layout.data / 'prometheus'}",
                 f"--storage.tsdb.retention.time={retention}",
                 f"--web.listen-address={bind}:{svc('prometheus').port}",
-                # Lets `leakwatch` reload rules after regenerating them (loopback only by default).
-                "--web.enable-lifecycle",
+                # /-/quit and /-/reload (and the admin API) stay off: anyone who reaches the port could stop
+                # alerting. Opt in with PROMETHEUS_ENABLE_LIFECYCLE=1 (docs/healer.md).
+                *(["--web.enable-lifecycle"] if os.environ.get(LIFECYCLE_ENV) == "1" else []),
             ],
             health_path="/-/ready",
         ),
@@ -145,6 +149,8 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--supervisor-socket", str(layout.supervisor_socket),
             "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
             "--state-file", str(layout.data / "healer" / "state.json"),
+            # Alerts about another exporter (another host's, a forged one) never restart this stack's vLLM.
+            "--target", f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
         ],
         health_path="/healthz",
     )
