@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import requests
 
+from .. import webauth
 from ..errors import LeakwatchError
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
@@ -177,7 +178,8 @@ class Drill:
         """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
         exactly as its webhook sends them."""
         try:
-            resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
+            am = self.url("alertmanager")
+            resp = requests.get(f"{am}/api/v2/alerts", timeout=10, auth=webauth.auth_for(am),
                                 params={"filter": self.remediation.remediation_matcher, "active": "true"})
             resp.raise_for_status()
         except requests.RequestException:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import profiles as model_profiles
+from .. import webauth
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
@@ -101,6 +102,8 @@ def stack_programs(
                 f"--storage.tsdb.path={layout.data / 'prometheus'}",
                 f"--storage.tsdb.retention.time={retention}",
                 f"--web.listen-address={bind}:{svc('prometheus').port}",
+                # Basic auth (bcrypt) on every endpoint: leakwatch/webauth.py, docs/healer.md.
+                f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",
                 # /-/quit and /-/reload (and the admin API) stay off: anyone who reaches the port could stop
                 # alerting. Opt in with PROMETHEUS_ENABLE_LIFECYCLE=1 (docs/healer.md).
                 *(["--web.enable-lifecycle"] if os.environ.get(LIFECYCLE_ENV) == "1" else []),
@@ -115,6 +118,8 @@ def stack_programs(
                 f"--config.file={layout.conf / 'alertmanager.yml'}",
                 f"--storage.path={layout.data / 'alertmanager'}",
                 f"--web.listen-address={bind}:{svc('alertmanager').port}",
+                # Without it, anyone on the port could post a remediate="true" alert or silence everything.
+                f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",
                 # One instance: no gossip listener on 0.0.0.0.
                 "--cluster.listen-address=",
             ],
