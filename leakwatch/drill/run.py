@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from .. import webauth
+from .. import vllm_key, webauth
 from ..errors import LeakwatchError
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
@@ -155,7 +155,8 @@ class Drill:
 
     def warm_up(self) -> None:
         for i in range(self.cfg.warmup_requests):
-            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120, json={
+            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120,
+                                 headers=vllm_key.headers_for(self.url("vllm")), json={
                 "model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]})
             resp.raise_for_status()
 

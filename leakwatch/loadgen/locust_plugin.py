@@ -211,7 +211,7 @@ class LoadgenRun:
             return  # a second test in the same web UI session reuses the corpora
         self.notes = []
         try:
-            self.server = tokens.probe(self.host, opts.api_key, timeout=opts.connect_timeout)
+            self.server = tokens.probe(self.host, self.api_key(self.host), timeout=opts.connect_timeout)
         except tokens.ServerUnavailable as exc:
             self.server = None
             self._note(f"cannot read the served models ({exc}); requests will fail until the server answers",
@@ -270,7 +270,7 @@ class LoadgenRun:
         if self.server is None:
             self._note("no server to measure prompt lengths with: they are estimated", logging.WARNING)
             return tokens.EstimatedTokenizer()
-        return tokens.ServerTokenizer(self.host, self.model, opts.api_key, timeout=opts.request_timeout)
+        return tokens.ServerTokenizer(self.host, self.model, self.api_key(self.host), timeout=opts.request_timeout)
 
     def _note(self, text: str, level: int = logging.INFO) -> None:
         self.notes.append(text)
@@ -278,9 +278,16 @@ class LoadgenRun:
 
     # -- the users' request loop -------------------------------------------------------------------
 
+    def api_key(self, host: str | None) -> str | None:
+        """--api-key, else the native stack's own key when host is its vLLM (leakwatch/vllm_key.py)."""
+        from .. import vllm_key
+
+        opts = self.options or self.load_options()
+        return opts.api_key or vllm_key.key_for(host)
+
     def new_client(self, host: str) -> StreamingClient:
         opts = self.options or self.load_options()
-        return StreamingClient(host, opts.api_key or None, connect_timeout=opts.connect_timeout,
+        return StreamingClient(host, self.api_key(host), connect_timeout=opts.connect_timeout,
                                request_timeout=opts.request_timeout)
 
     def send_one(self, user: "StreamingUser") -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import profiles as model_profiles
-from .. import webauth
+from .. import vllm_key, webauth
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
@@ -63,8 +63,14 @@ def vllm_program(
     port = settings.service("vllm").port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
+    # An optional API key (leakwatch/vllm_key.py): handed over in vLLM's environment, never on its command line.
+    key_file = vllm_key.stack_key_file(layout.secrets)
+    if key_file:
+        vllm_key.read(key_file)  # a missing or weak key is a clear error now, not a FATAL vLLM later
+    launcher = ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else \
+        ["-m", "vllm.entrypoints.openai.api_server"]
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        sys.executable, *launcher,
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
         "--host", settings.bind_address,
         "--port", str(port),

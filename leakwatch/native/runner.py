@@ -263,6 +263,8 @@ class NativeStack:
             f"  vLLM OpenAI API   {u['vllm']}/v1\n"
             f"  Prometheus        {u['prometheus']}  (alerts: {u['prometheus']}/alerts)\n"
             f"  Alertmanager      {u['alertmanager']}\n"
+            f"                    both ask for user {webauth.USER!r}, password in "
+            f"{self.layout.secrets / webauth.PASSWORD_FILE}\n"
             f"  node exporter     {u['node_exporter']}\n"
             f"  healer            {u['healer']}/alerts  (token: {self.layout.healer_token})\n"
             f"  memory exporter   {u['leakwatch_exporter']}\n"
