@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from .healer_support import (alert, healer_process, metric, notification, start_healer_process, stop_healer,
+from .healer_support import (alert, healer_process, metric, notification, start_healer_process,
                              supervised_standin, wait_for)
 
 
