@@ -65,11 +65,13 @@ def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
         auth = webauth.auth_for(am)
     prom.wait_for('ALERTS{alertname="Watchdog", alertstate="firing"}', timeout=300)
     at = time.time()
-    before = prom.scalar(f'count_over_time(up{{job="prometheus"}}[{int(at - prom_start(prom)) + 60}s])')
+    window = f'count_over_time(up{{job="prometheus"}}[{int(at - prom_start(prom)) + 60}s])'
+    before = prom.scalar(window)
+    assert before and before > 1
     restart_program(stack, "prometheus")
     wait_for(lambda: _ok(f"{stack.url('prometheus')}/-/ready", auth), timeout=180, what="Prometheus back")
     # The samples from before the restart are still there (the TSDB is on disk, not in memory only).
-    after = prom.query(f'count_over_time(up{{job="prometheus"}}[{int(at - prom_start(prom)) + 60}s])', at=at)
+    after = prom.query(window, at=at)
     assert after and float(after[0]["value"][1]) == pytest.approx(before, abs=1)
     prom.wait_for('ALERTS{alertname="Watchdog", alertstate="firing"}', timeout=300)
     names = {a["labels"]["alertname"] for a in requests.get(f"{am}/api/v2/alerts", auth=auth, timeout=10).json()}
