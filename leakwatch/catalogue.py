@@ -121,7 +121,9 @@ def exposed_names(text: str) -> set[str]:
 
 
 def scrape_names(url: str, timeout: float = 10.0) -> set[str]:
-    resp = requests.get(url, timeout=timeout)
+    from . import webauth
+
+    resp = requests.get(url, timeout=timeout, auth=webauth.auth_for(url))
     resp.raise_for_status()
     return exposed_names(resp.text)
 

@@ -110,7 +110,7 @@ def test_huge_bodies_are_413_without_being_read(healer):
     with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
         sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                      f"Content-Type: application/json\r\nContent-Length: {10**9}\r\n\r\n".encode())
-        assert sock.recv(4096).startswith(b"HTTP/1.0 413")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 413")
     assert metric(url, "leakwatch_healer_notifications_total", outcome="too_large") == 2
     no_action(url)
 
@@ -121,7 +121,7 @@ def test_bodies_without_length_or_json_type_are_refused(healer):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode())
-        assert sock.recv(4096).startswith(b"HTTP/1.0 411")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 411")
     assert post(url, notification(alert()), headers={"Content-Type": "text/plain"}).status_code == 415
     no_action(url)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import requests
 
+from .. import vllm_key, webauth
 from ..errors import LeakwatchError
 from ..loadgen import conventions
 from ..generate.alertmanager_config import compose_alertmanager_config
@@ -156,7 +157,8 @@ class Drill:
     def warm_up(self) -> None:
         rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
-            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120, json={
+            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120,
+                                 headers=vllm_key.headers_for(self.url("vllm")), json={
                 "model": "demo", "max_tokens": 16, **rules.request_fields(),
                 "messages": rules.prompt([{"role": "user", "content": f"warm-up {i}"}])})
             resp.raise_for_status()
@@ -180,7 +182,8 @@ class Drill:
         """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
         exactly as its webhook sends them."""
         try:
-            resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
+            am = self.url("alertmanager")
+            resp = requests.get(f"{am}/api/v2/alerts", timeout=10, auth=webauth.auth_for(am),
                                 params={"filter": self.remediation.remediation_matcher, "active": "true"})
             resp.raise_for_status()
         except requests.RequestException:

@@ -50,7 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-url", default=None, metavar="URL",
                         help="vLLM's base URL for /metrics and /health (default: the stack's vLLM)")
     parser.add_argument("--state-file", default=None, metavar="FILE",
-                        help="where cooldown and handled alerts persist across healer restarts")
+                        help="where cooldown, restarts of the last hour and handled alerts persist across healer "
+                             "restarts (both runners pass one; without it a restarted healer forgets its cap)")
+    parser.add_argument("--target", action="append", default=[], metavar="JOB=INSTANCE",
+                        help="an instance of a job in config/healer.yaml remediable.jobs this healer is responsible "
+                             "for (repeatable); alerts of that job about other instances are refused")
     parser.add_argument("--config", default=str(heal_config.CONFIG_FILE), metavar="FILE",
                         help="policy file (default config/healer.yaml)")
     kube = parser.add_argument_group("kubernetes restarter (docs/kubernetes.md)")
@@ -66,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     settings = load_settings()
     token = heal_token.load(args.token_file)
-    cfg = heal_config.load(Path(args.config))
+    cfg = heal_config.with_targets(heal_config.load(Path(args.config)), args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
@@ -77,11 +81,18 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
         restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout)
     else:
+        # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
+        stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30
         restarter = SupervisorRestarter(Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
-                                        args.program)
+                                        args.program, stop_timeout_s=stop_timeout)
     state_file = Path(args.state_file) if args.state_file else None
     if state_file:
         state_file.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        logging.getLogger("leakwatch.heal").warning(
+            "WARNING: no --state-file: the cooldown, the cap of %d restarts per hour and the handled episodes "
+            "live in memory only and are forgotten when the healer restarts (a restart storm across healer "
+            "restarts); both runners pass one", cfg.max_restarts_per_hour)
     metrics = HealerMetrics()
     if probe is not None:
         restarter.on_refused = _refusal_counter(metrics)

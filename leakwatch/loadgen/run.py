@@ -69,6 +69,13 @@ class LoadgenRun:
         self.options = LoadgenOptions.from_parsed(self.env.parsed_options)
         return self.options
 
+    def api_key(self, host: str | None) -> str | None:
+        """--api-key, else the native stack's own key when host is its vLLM (leakwatch/vllm_key.py)."""
+        from .. import vllm_key
+
+        opts = self.options or self.load_options()
+        return opts.api_key or vllm_key.key_for(host)
+
     @property
     def host(self) -> str:
         return self.env.host or default_host()

@@ -63,7 +63,7 @@ class CorpusPreparation:
             return  # a second test in the same web UI session reuses the corpora
         run.notes = []
         try:
-            run.server = tokens.probe(run.host, opts.api_key, timeout=opts.connect_timeout)
+            run.server = tokens.probe(run.host, run.api_key(run.host), timeout=opts.connect_timeout)
         except tokens.ServerUnavailable as exc:
             run.server = None
             run.note(f"cannot read the served models ({exc}); requests will fail until the server answers",
@@ -130,4 +130,4 @@ class CorpusPreparation:
         if run.server is None:
             run.note("no server to measure prompt lengths with: they are estimated", logging.WARNING)
             return tokens.EstimatedTokenizer()
-        return tokens.ServerTokenizer(run.host, run.model, opts.api_key, timeout=opts.request_timeout)
+        return tokens.ServerTokenizer(run.host, run.model, run.api_key(run.host), timeout=opts.request_timeout)

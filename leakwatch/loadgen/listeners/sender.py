@@ -101,7 +101,7 @@ class Sender:
 
     def new_client(self, host: str) -> StreamingClient:
         opts = self.run.options or self.run.load_options()
-        return StreamingClient(host, opts.api_key or None, connect_timeout=opts.connect_timeout,
+        return StreamingClient(host, self.run.api_key(host), connect_timeout=opts.connect_timeout,
                                request_timeout=opts.request_timeout)
 
     def request_headers(self, request_id: str) -> dict:
