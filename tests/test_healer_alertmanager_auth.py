@@ -19,6 +19,9 @@ from leakwatch.native.ports import free_port
 
 from .healer_support import healer_process, supervised_standin, wait_for
 
+# Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
+pytestmark = pytest.mark.integration
+
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 
 

@@ -17,6 +17,9 @@ import requests
 from .healer_support import (alert, healer_process, metric, notification, start_healer_process,
                              supervised_standin, wait_for)
 
+# Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def target():

@@ -12,6 +12,9 @@ import yaml
 from leakwatch.heal import config as heal_config
 from leakwatch.paths import REPO_ROOT
 
+# Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
+pytestmark = pytest.mark.integration
+
 RULES = REPO_ROOT / "prometheus" / "rules" / "leakwatch-alerts.yml"
 ROUTES = REPO_ROOT / "alertmanager" / "alertmanager.yml"
 

@@ -22,7 +22,8 @@ from leakwatch.topology import native_jobs
 from .conftest import environ, short_state_dir
 from .healer_support import wait_for
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"), reason="Debian's prometheus")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"), reason="Debian's prometheus")]
 
 
 @contextlib.contextmanager

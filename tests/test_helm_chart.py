@@ -18,6 +18,9 @@ from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_bu
 from leakwatch import profiles as model_profiles
 from tests.helm_support import CRD_KINDS, validate_crd_objects
 
+# Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
+pytestmark = pytest.mark.integration
+
 # kubeVersion in Chart.yaml is >=1.25; kubernetes-validate's newest schemas are 1.37.
 KUBE_VERSIONS = ("1.25.0", "1.37.0")
 VALUES_FILES = engine.values_files()
@@ -201,14 +204,20 @@ def test_healer_role_allows_only_reading_pods_and_evicting(rendered):
     args = healer["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--restarter") + 1] == "kubernetes"
     assert args[args.index("--model-label") + 1] == identity.MODEL_LABEL
+    # The allowlist's jobs under the chart's scrape-job names, or every remediable alert is refused.
+    jobs = [args[i + 1] for i, arg in enumerate(args) if arg == "--remediable-job"]
+    assert sorted(jobs) == sorted(identity.REMEDIABLE_JOB_NAMES.values())
+    assert identity.JOBS["exporter"] in jobs
 
 
 def test_alertmanager_config_routes_remediable_alerts_to_the_healer(rendered):
     (amc,) = by_kind(rendered["values-demo.yaml"], "AlertmanagerConfig")
     stack = facts()
     route = amc["spec"]["route"]
-    assert route["matchers"] == [{"name": stack["remediationLabel"]["name"], "value": stack["remediationLabel"]["value"],
-                                  "matchType": "="}]
+    assert route["matchers"] == [
+        {"name": stack["remediationLabel"]["name"], "value": stack["remediationLabel"]["value"], "matchType": "="},
+        {"name": "alertname", "value": "|".join(stack["remediableAlerts"]), "matchType": "=~"},
+        {"name": "job", "value": "|".join(stack["remediableJobs"]), "matchType": "=~"}]
     assert route["groupBy"][:2] == identity.HOST_LABELS
     (hook,) = amc["spec"]["receivers"][0]["webhookConfigs"]
     assert re.fullmatch(rf"http://leakwatch-healer\.leakwatch\.svc:{stack['ports']['healer']}/alerts", hook["url"])

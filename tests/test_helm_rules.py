@@ -18,6 +18,9 @@ from leakwatch.paths import PROMETHEUS_DIR
 from leakwatch.rules.render import render_rules
 from leakwatch.rules.thresholds import ALERTS_FILE, load as load_thresholds
 
+# Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
+pytestmark = pytest.mark.integration
+
 POD = {"namespace": "serving", "pod": "leakwatch-demo-5c7f9d-x2x9q"}
 # Groups whose alerts keep the labels of the series they watch (cards, process roles, the node).
 PER_SERIES_GROUPS = {"leakwatch.gpu", "leakwatch.host", "leakwatch.metrics"}

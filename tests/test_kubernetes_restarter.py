@@ -5,6 +5,7 @@ scripts/k8s/check.sh runs the same restarter against a real cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -38,7 +39,7 @@ def cluster(chart_role_rules) -> StandinCluster:
 
 def alert(pod: str, namespace: str = NAMESPACE) -> Alert:
     return Alert("firing", "HostMemoryLeak", {"alertname": "HostMemoryLeak", "namespace": namespace, "pod": pod,
-                                               "severity": "critical", "remediate": "true"}, "ab12", time.time())
+                                               "job": identity.JOBS["exporter"], "severity": "critical", "remediate": "true"}, "ab12", time.time())
 
 
 def restarter(server: StandinApiServer, **kw) -> KubernetesRestarter:
@@ -152,7 +153,7 @@ def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
     from leakwatch.heal.policy import Policy
     from leakwatch.heal.server import Healer
 
-    cfg = heal_config.load()
+    cfg = dataclasses.replace(heal_config.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
     with StandinApiServer(cluster) as server:
         r = restarter(server)
         healer = Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), r, r, HealerMetrics())

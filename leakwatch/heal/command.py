@@ -8,6 +8,7 @@ Needs a bearer token ($LEAKWATCH_HEALER_TOKEN or --token-file) and refuses to st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -55,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", action="append", default=[], metavar="JOB=INSTANCE",
                         help="an instance of a job in config/healer.yaml remediable.jobs this healer is responsible "
                              "for (repeatable); alerts of that job about other instances are refused")
+    parser.add_argument("--remediable-job", action="append", default=[], metavar="JOB",
+                        help="replaces config/healer.yaml remediable.jobs (repeatable): for deployments whose scrape "
+                             "jobs have other names, e.g. the Helm chart's")
     parser.add_argument("--config", default=str(heal_config.CONFIG_FILE), metavar="FILE",
                         help="policy file (default config/healer.yaml)")
     kube = parser.add_argument_group("kubernetes restarter (docs/kubernetes.md)")
@@ -70,7 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     settings = load_settings()
     token = heal_token.load(args.token_file)
-    cfg = heal_config.with_targets(heal_config.load(Path(args.config)), args.target)
+    cfg = heal_config.load(Path(args.config))
+    if args.remediable_job:
+        cfg = dataclasses.replace(cfg, jobs=tuple(args.remediable_job))
+    cfg = heal_config.with_targets(cfg, args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"

@@ -83,6 +83,8 @@ def facts(settings: StackSettings | None = None) -> dict:
         "jobs": dict(identity.JOBS),
         "modelLabel": identity.MODEL_LABEL,
         "remediationLabel": {"name": policy.label_name, "value": policy.label_value},
+        "remediableAlerts": sorted(policy.alerts),
+        "remediableJobs": sorted(identity.REMEDIABLE_JOB_NAMES[job] for job in policy.jobs),
         "scrapeInterval": settings.prometheus["scrape_interval"],
         "shutdownTimeoutSeconds": int(vllm.extra["shutdown_timeout_s"]),
         "modelsDir": MODELS_DIR,

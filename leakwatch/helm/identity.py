@@ -14,7 +14,14 @@ JOBS = {
     "exporter": "leakwatch-exporter",
     "healer": "leakwatch-healer",
     "node": "node-exporter",   # kube-prometheus-stack's prometheus-node-exporter subchart
+    # NVIDIA's dcgm-exporter chart installed as docs/kubernetes.md says (release dcgm-exporter): its
+    # ServiceMonitor keeps the operator's default job, the Service's name.
+    "dcgm": "dcgm-exporter",
 }
+
+# config/healer.yaml names remediable jobs as compose and the native runner scrape them; the chart's
+# healer is told their Kubernetes names.
+REMEDIABLE_JOB_NAMES = {"leakwatch": JOBS["exporter"], "dcgm": JOBS["dcgm"]}
 
 # One replica is one pod: every join between vLLM, the exporter sidecar and DCGM (with
 # dcgm-exporter's pod attribution) is on these. The node exporter's series carry its own pod, so
