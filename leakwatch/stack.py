@@ -24,10 +24,16 @@ def choose_runner(requested: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["up", "down", "status", "logs"])
-    parser.add_argument("--model", default=os.environ.get("MODEL") or model_profiles.DEFAULT_PROFILE,
-                        help=f"model profile (env MODEL); one of {', '.join(model_profiles.available())}")
-    parser.add_argument("--runner", default=os.environ.get("STACK", "auto"),
-                        help="auto (compose when a Docker engine answers), compose or native (env STACK)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("MODEL") or model_profiles.DEFAULT_PROFILE,
+        help=f"model profile (env MODEL); one of {', '.join(model_profiles.available())}",
+    )
+    parser.add_argument(
+        "--runner",
+        default=os.environ.get("STACK", "auto"),
+        help="auto (compose when a Docker engine answers), compose or native (env STACK)",
+    )
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
 
 

@@ -51,16 +51,17 @@ def test_persistent_step_stays_and_arrivals_come_in_clumps():
     step_at = result.start + scenario.noise.step_at_s
     before = [v for t, v in used if step_at - 3600 <= t < step_at]
     after = [v for t, v in used if t >= step_at + 60]
-    assert min(after) - max(before) > 500          # 640 MiB step, less the noise's swing
-    assert max(after) - min(after) < 200           # and flat afterwards
+    assert min(after) - max(before) > 500  # 640 MiB step, less the noise's swing
+    assert max(after) - min(after) < 200  # and flat afterwards
 
 
 def test_leaks_start_at_the_hour_asked_and_count_their_requests():
     for hour in library.LEAK_HOURS:
         scenario = library.leak_at_hour(hour, 2.0)
         [leak] = scenario.leaks
-        starts = time.gmtime(calendar.timegm(time.strptime(scenario.start_date, "%Y-%m-%d"))
-                             + scenario.start_hour * 3600 + leak.start_s)
+        starts = time.gmtime(
+            calendar.timegm(time.strptime(scenario.start_date, "%Y-%m-%d")) + scenario.start_hour * 3600 + leak.start_s
+        )
         assert (starts.tm_hour, starts.tm_min) == (int(hour), 0), (hour, starts)
         assert leak.start_s >= 2 * 3600 and leak.segment_mib == 20
     # Midnight, the quietest start: the history still holds enough leaking requests for the target.

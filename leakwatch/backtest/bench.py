@@ -43,7 +43,8 @@ class Outcome:
     def alerts(self, side: str) -> list[AlertResult]:
         reference = side == ARTICLES
         return [
-            r for r in self.result.alerts
+            r
+            for r in self.result.alerts
             if (r.rule.source == REFERENCE_RULES.name) == reference and r.rule.severity != "none"
         ]
 
@@ -55,8 +56,10 @@ class Outcome:
         """(seconds after the leak start, alert) of the first alert firing at or after it."""
         found = [
             (e.firing_at - self.origin, r.rule.key)
-            for r in self.alerts(side) if r.rule.name not in exclude
-            for e in r.fired if e.firing_at >= self.origin
+            for r in self.alerts(side)
+            if r.rule.name not in exclude
+            for e in r.fired
+            if e.firing_at >= self.origin
         ]
         return min(found) if found else None
 
@@ -90,9 +93,15 @@ class Outcome:
         return (now - start) / sim.gpu_headroom_bytes
 
 
-def run_scenario(name: str, days: float | None = None, seed: int | None = None,
-                 resolution_s: float = 60.0, step_s: float = 60.0, workdir: Path | None = None,
-                 scenario=None) -> Outcome:
+def run_scenario(
+    name: str,
+    days: float | None = None,
+    seed: int | None = None,
+    resolution_s: float = 60.0,
+    step_s: float = 60.0,
+    workdir: Path | None = None,
+    scenario=None,
+) -> Outcome:
     scenario = scenario or library.get(name, days, seed)
     if scenario is not None and days is not None and scenario.days != days:
         scenario = replace(scenario, days=days)
@@ -144,8 +153,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="shorter histories (2 healthy days per scenario and seed, 10 h leaks, two leak hours)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter histories (2 healthy days per scenario and seed, 10 h leaks, two leak hours)",
+    )
     parser.add_argument("--healthy-days", type=float, default=None, help="length of every healthy history")
     parser.add_argument("--resolution", type=float, default=60.0, help="seconds between simulated scrapes")
     parser.add_argument("--step", type=float, default=60.0, help="evaluation interval in seconds")
@@ -169,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             criticals = healthy.severity_episodes(OURS, "critical")
             false_alerts += warnings + criticals
             warning_episodes += warnings
-            print(f"{name} seed {seed}: {span:.0f} healthy days, {healthy.history.samples} samples, {healthy.wall_s:.0f}s")
+            print(
+                f"{name} seed {seed}: {span:.0f} healthy days, {healthy.history.samples} samples, {healthy.wall_s:.0f}s"
+            )
             print(f"  ours:     {warnings} warning and {criticals} critical episodes {healthy.episodes(OURS) or ''}")
             print(f"  articles: {sum(healthy.episodes(ARTICLES).values())} alerts {healthy.episodes(ARTICLES)}")
 
@@ -211,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 served = outcome.requests_after_leak(ours[0])
                 leak_requests.append(served)
-                print(f"{scenario.name} seed {seed}: {_fmt(ours)} after {served:.0f} leaking requests; "
-                      f"fired: {', '.join(fired)}; early: {', '.join(outcome.early(OURS)) or '-'}")
+                print(
+                    f"{scenario.name} seed {seed}: {_fmt(ours)} after {served:.0f} leaking requests; "
+                    f"fired: {', '.join(fired)}; early: {', '.join(outcome.early(OURS)) or '-'}"
+                )
     if leak_requests:
-        print(f"GPU leaks at any hour: {len(leak_requests)} caught, {len(missed)} missed; leaking requests "
-              f"to the first alert p50={percentile(leak_requests, 0.5):.0f} p90={percentile(leak_requests, 0.9):.0f} "
-              f"max={max(leak_requests):.0f} (target <= {library.LEAK_REQUEST_TARGET})")
+        print(
+            f"GPU leaks at any hour: {len(leak_requests)} caught, {len(missed)} missed; leaking requests "
+            f"to the first alert p50={percentile(leak_requests, 0.5):.0f} p90={percentile(leak_requests, 0.9):.0f} "
+            f"max={max(leak_requests):.0f} (target <= {library.LEAK_REQUEST_TARGET})"
+        )
 
     def minutes(name: str) -> str:
         first = figures.get(name, (None, None))[0]

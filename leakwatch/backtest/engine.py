@@ -64,7 +64,7 @@ class Episode:
     labels: dict
     pending_at: float
     firing_at: float | None = None
-    ended_at: float | None = None        # None: still active at the end of the history
+    ended_at: float | None = None  # None: still active at the end of the history
 
 
 @dataclass
@@ -154,11 +154,13 @@ def split_hysteresis(expr: str) -> tuple[str, str | None]:
     condition, rest = expr.split(f"\n{KEEP_FIRING_MARKER}\n", 1)
     if not rest.startswith("or (\n") or "\n) and ignoring (" not in rest:
         raise LeakwatchError(f"cannot read the hysteresis of {expr!r}")
-    hold = rest[len("or (\n"):rest.rindex("\n) and ignoring (")]
+    hold = rest[len("or (\n") : rest.rindex("\n) and ignoring (")]
     return condition, hold
 
 
-def _presence(api: Prometheus, rule: AlertRule, expr: str, start: float, end: float, step: float) -> dict[tuple, set[int]]:
+def _presence(
+    api: Prometheus, rule: AlertRule, expr: str, start: float, end: float, step: float
+) -> dict[tuple, set[int]]:
     present: dict[tuple, set[int]] = {}
     for s, e in chunks(start, end, step):
         for item in api.query_range(expr, s, e, step):
@@ -178,8 +180,14 @@ def evaluate_alert(api: Prometheus, rule: AlertRule, start: float, end: float, s
     return AlertResult(rule, apply_for(present, rule.for_s, start, end, step, held))
 
 
-def apply_for(present: dict[tuple, set[int]], for_s: float, start: float, end: float, step: float,
-              held: dict[tuple, set[int]] | None = None) -> list[Episode]:
+def apply_for(
+    present: dict[tuple, set[int]],
+    for_s: float,
+    start: float,
+    end: float,
+    step: float,
+    held: dict[tuple, set[int]] | None = None,
+) -> list[Episode]:
     """Prometheus's alert state machine over evaluations at start + k * step. `held`: where the
     hysteresis expression holds; a firing alert stays active there."""
     episodes: list[Episode] = []
@@ -198,7 +206,7 @@ def apply_for(present: dict[tuple, set[int]], for_s: float, start: float, end: f
                     current.firing_at = ts
             elif current is not None:
                 if current.firing_at is None:
-                    episodes.remove(current)        # pending alerts vanish without a trace
+                    episodes.remove(current)  # pending alerts vanish without a trace
                 else:
                     current.ended_at = ts
                 current = None

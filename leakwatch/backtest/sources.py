@@ -25,11 +25,11 @@ class History:
     files: list[Path]
     start: float
     end: float
-    interval_s: float                 # typical time between two samples of a series
+    interval_s: float  # typical time between two samples of a series
     samples: int
     leak_start: float | None = None
     simulation: SimulationResult | None = None
-    intervals_by_job: dict[str, float] | None = None   # median scrape interval of each job
+    intervals_by_job: dict[str, float] | None = None  # median scrape interval of each job
 
     def auto_lookback(self) -> tuple[float, str | None]:
         """1.5 x the slowest job's scrape interval (a lookback shorter than a job's interval makes
@@ -41,9 +41,11 @@ class History:
         lookback = 1.5 * max(slowest, self.interval_s)
         if intervals and slowest > 1.5 * self.interval_s:
             jobs = ", ".join(f"{job or '(no job)'} {s:g}s" for job, s in sorted(intervals.items()))
-            return lookback, (f"scrape intervals differ by job ({jobs}): the lookback is {lookback:g}s, 1.5 x the "
-                              f"slowest, so no job vanishes between its samples; series of the faster jobs stay "
-                              f"visible that long after they stop (pass --lookback to choose)")
+            return lookback, (
+                f"scrape intervals differ by job ({jobs}): the lookback is {lookback:g}s, 1.5 x the "
+                f"slowest, so no job vanishes between its samples; series of the faster jobs stay "
+                f"visible that long after they stop (pass --lookback to choose)"
+            )
         return lookback, None
 
 
@@ -84,7 +86,7 @@ def _job(series: str) -> str:
     if start < 0:
         return ""
     end = series.find('"', start + 5)
-    return series[start + 5:end]
+    return series[start + 5 : end]
 
 
 def from_scenario(scenario: Scenario, workdir: Path, resolution_s: float = 60.0) -> History:
@@ -92,8 +94,14 @@ def from_scenario(scenario: Scenario, workdir: Path, resolution_s: float = 60.0)
     result = simulate(scenario, sink, resolution_s)
     files = sink.close()
     return History(
-        f"scenario {scenario.name}: {scenario.title}", files, result.start, result.end,
-        resolution_s, sink.samples, result.leak_start, result,
+        f"scenario {scenario.name}: {scenario.title}",
+        files,
+        result.start,
+        result.end,
+        resolution_s,
+        sink.samples,
+        result.leak_start,
+        result,
     )
 
 
@@ -103,8 +111,15 @@ def from_openmetrics(path: Path, workdir: Path) -> History:
     files = sink.close()
     if not sink.samples:
         raise LeakwatchError(f"{path} holds no samples")
-    return History(f"OpenMetrics file {path}", files, sink.min_ts, sink.max_ts, sink.interval_s, sink.samples,
-                   intervals_by_job=sink.intervals_by_job)
+    return History(
+        f"OpenMetrics file {path}",
+        files,
+        sink.min_ts,
+        sink.max_ts,
+        sink.interval_s,
+        sink.samples,
+        intervals_by_job=sink.intervals_by_job,
+    )
 
 
 def rule_inputs(rule_files: list[Path]) -> set[str]:
@@ -117,7 +132,9 @@ def rule_inputs(rule_files: list[Path]) -> set[str]:
     return names - {r.name for r in recording} - {"ALERTS"}
 
 
-def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], workdir: Path, match: str = "") -> History:
+def from_prometheus(
+    url: str, start: float, end: float, rule_files: list[Path], workdir: Path, match: str = ""
+) -> History:
     """Raw samples (not query results) of every series the rules read, in [start, end]."""
     if end <= start:
         raise LeakwatchError("--end must be after --start")
@@ -128,7 +145,7 @@ def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], 
         t = start
         while t < end:
             until = min(end, t + EXPORT_CHUNK_S)
-            span_ms = int(round((until - t) * 1000)) + 1      # (t - 1 ms, until]: includes t
+            span_ms = int(round((until - t) * 1000)) + 1  # (t - 1 ms, until]: includes t
             for item in api.query(f'{{__name__="{name}"{extra}}}[{span_ms}ms]', at=until):
                 text = format_series(name, {k: v for k, v in item["metric"].items() if k != "__name__"})
                 for ts, value in item.get("values", []):
@@ -139,5 +156,6 @@ def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], 
     files = sink.close()
     if not sink.samples:
         raise LeakwatchError(f"{url} returned no samples of the rules' metrics between the given times")
-    return History(f"Prometheus {url}", files, start, end, sink.interval_s, sink.samples,
-                   intervals_by_job=sink.intervals_by_job)
+    return History(
+        f"Prometheus {url}", files, start, end, sink.interval_s, sink.samples, intervals_by_job=sink.intervals_by_job
+    )

@@ -196,11 +196,16 @@ def _common(builder, panel: Panel, panel_id: int, pos: model.GridPos):
     if panel.no_value or panel.event:
         builder = builder.no_value(panel.no_value or "not measured yet")
     if panel.ranges:
-        builder = builder.mappings([
-            model.RangeMap(options=model.DashboardRangeMapOptions(
-                from_val=low, to=high, result=model.ValueMappingResult(text=text)))
-            for low, high, text in panel.ranges
-        ])
+        builder = builder.mappings(
+            [
+                model.RangeMap(
+                    options=model.DashboardRangeMapOptions(
+                        from_val=low, to=high, result=model.ValueMappingResult(text=text)
+                    )
+                )
+                for low, high, text in panel.ranges
+            ]
+        )
     return builder
 
 
@@ -216,7 +221,9 @@ def _timeseries(panel: Panel, panel_id: int, pos: model.GridPos) -> timeseries.P
             .show_legend(True)
             .calcs(["lastNotNull", "max"])
         )
-        .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING))
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+        )
     )
     if panel.thresholds:
         builder = builder.thresholds_style(
@@ -339,13 +346,15 @@ def to_document(board: Board) -> dict:
     """The dashboard as plain JSON data, with the Prometheus annotation fields the SDK lacks."""
     document = json.loads(json.dumps(build(board), cls=JSONEncoder))
     for entry, annotation in zip(document["annotations"]["list"], board.annotations):
-        entry.update({
-            "step": annotation.step,
-            "titleFormat": annotation.title_format,
-            "textFormat": annotation.text_format,
-            "tagKeys": annotation.tag_keys,
-            "useValueForTime": False,
-        })
+        entry.update(
+            {
+                "step": annotation.step,
+                "titleFormat": annotation.title_format,
+                "textFormat": annotation.text_format,
+                "tagKeys": annotation.tag_keys,
+                "useValueForTime": False,
+            }
+        )
     return document
 
 

@@ -32,7 +32,7 @@ def import_pynvml():
 
 @dataclass
 class GpuReading:
-    used: dict[str, int] = field(default_factory=dict)     # gpu index -> bytes in use
+    used: dict[str, int] = field(default_factory=dict)  # gpu index -> bytes in use
     total: dict[str, int] = field(default_factory=dict)
     process: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (gpu, role, rank) -> bytes
 

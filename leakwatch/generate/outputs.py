@@ -36,7 +36,8 @@ def outputs() -> dict[Path, Callable[[], str]]:
         REPO_ROOT / "compose.yaml": lambda: yamlfmt.dump(compose_document(), COMPOSE_HEADER),
         PROMETHEUS_DIR / "prometheus.yml": lambda: yamlfmt.dump(compose_prometheus_config(), PROMETHEUS_HEADER),
         ALERTMANAGER_DIR / "alertmanager.yml": lambda: yamlfmt.dump(
-            compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER),
+            compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER
+        ),
         **grafana_files(),
         **helm_chart_files(),
     }
@@ -54,8 +55,10 @@ def stale_files() -> list[tuple[Path, str]]:
         if want != have:
             diff = "".join(
                 difflib.unified_diff(
-                    have.splitlines(True), want.splitlines(True),
-                    f"{path.relative_to(REPO_ROOT)} (committed)", f"{path.relative_to(REPO_ROOT)} (generated)",
+                    have.splitlines(True),
+                    want.splitlines(True),
+                    f"{path.relative_to(REPO_ROOT)} (committed)",
+                    f"{path.relative_to(REPO_ROOT)} (generated)",
                 )
             )
             stale.append((path, diff))

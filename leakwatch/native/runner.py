@@ -86,7 +86,9 @@ class NativeStack:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise LeakwatchError(f"another leakwatch command is starting or stopping the stack in {self.layout.root}") from None
+                raise LeakwatchError(
+                    f"another leakwatch command is starting or stopping the stack in {self.layout.root}"
+                ) from None
             yield
 
     # -- up ----------------------------------------------------------------------------------------
@@ -163,8 +165,9 @@ class NativeStack:
             self._print_urls(profile, out)
             return info
 
-    def _render_configs(self, programs: list[Program], rules_dir: Path | None = None,
-                        alertmanager_config: dict | None = None) -> None:
+    def _render_configs(
+        self, programs: list[Program], rules_dir: Path | None = None, alertmanager_config: dict | None = None
+    ) -> None:
         settings = self.settings
         password_file, _ = webauth.ensure(self.layout.secrets)  # Prometheus's and Alertmanager's basic auth
         prom = prometheus_config(

@@ -107,7 +107,9 @@ class Context:
         two thirds' period) or a one-time step (one rise only) keeps it low."""
         sec = self.t.section(section)
         third = sec.dur(window_key, 1 / 3)
-        lows = [f"min_over_time({source}[{third}]{f' offset {sec.dur(window_key, k / 3)}' if k else ''})" for k in range(3)]
+        lows = [
+            f"min_over_time({source}[{third}]{f' offset {sec.dur(window_key, k / 3)}' if k else ''})" for k in range(3)
+        ]
         if not consecutive:
             return f"{lows[0]}\n- {lows[2]}"
         newer, older = f"({lows[0]} - {lows[1]})", f"({lows[1]} - {lows[2]})"
@@ -227,20 +229,36 @@ def recording_rules(ctx: Context) -> list[dict]:
     )
     # Level 1 growth rates: a low quantile of the slopes of a window's slices (deriv(), never rate(): these
     # are gauges, and rate() reads every drop as a counter reset).
-    record(ctx.gpu_process_fast,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"))
-    record(ctx.gpu_retained,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"))
+    record(
+        ctx.gpu_process_fast,
+        ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"),
+    )
+    record(
+        ctx.gpu_retained,
+        ctx.slice_rate_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"
+        ),
+    )
     # Net growth of the lows and recent releases (see low_growth_expr / released_expr).
     gpu_process = ctx.exporter("leakwatch_gpu_process_memory_bytes")
     record(ctx.gpu_process_low_growth, ctx.low_growth_expr(gpu_process, "gpu", "fast_window"))
     record(ctx.gpu_process_released, ctx.released_expr(gpu_process, "gpu", "fast_slices", "fast_window"))
-    record(ctx.gpu_retained_low_growth,
-           ctx.low_growth_expr(ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", consecutive=True))
-    record(ctx.gpu_retained_released, ctx.released_expr(
-        ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_slices", "retention_window"))
-    record(ctx.series_deriv,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"))
+    record(
+        ctx.gpu_retained_low_growth,
+        ctx.low_growth_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", consecutive=True
+        ),
+    )
+    record(
+        ctx.gpu_retained_released,
+        ctx.released_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_slices", "retention_window"
+        ),
+    )
+    record(
+        ctx.series_deriv,
+        ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"),
+    )
     # Requests finished (any reason) per leak window, for per-request normalisation.
     windows = {gpu.dur("fast_window"), gpu.dur("slow_window"), host.dur("leak_window")}
     for window in sorted(windows, key=parse_duration):
@@ -273,6 +291,8 @@ def recording_rules(ctx: Context) -> list[dict]:
     record(ctx.gpu_low_growth_fast, ctx.low_growth_expr(ctx.gpu_used, "gpu", "fast_window"))
     record(ctx.gpu_low_growth_slow, ctx.low_growth_expr(ctx.gpu_used, "gpu", "slow_window", consecutive=True))
     record(ctx.gpu_released, ctx.released_expr(ctx.gpu_used, "gpu", "fast_slices", "fast_window"))
-    record(ctx.process_memory_low_growth, ctx.low_growth_expr(ctx.process_memory, "host", "leak_window", consecutive=True))
+    record(
+        ctx.process_memory_low_growth, ctx.low_growth_expr(ctx.process_memory, "host", "leak_window", consecutive=True)
+    )
     record(ctx.process_memory_released, ctx.released_expr(ctx.process_memory, "host", "leak_slices", "leak_window"))
     return rules

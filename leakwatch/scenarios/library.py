@@ -20,84 +20,148 @@ PRODUCTION_DAY = Traffic()
 
 # IQuest-Coder-40B on 4 x A100 80 GB (tensor parallel 4) as a busy API tier: 150 short,
 # prefix-cached code completions per second.
-IQUEST_4XA100 = GPUCards(count=4, total_mib=81920, model_name="NVIDIA A100-SXM4-80GB", non_torch_mib=600,
-                         kv_capacity_tokens=655_000)
+IQUEST_4XA100 = GPUCards(
+    count=4, total_mib=81920, model_name="NVIDIA A100-SXM4-80GB", non_torch_mib=600, kv_capacity_tokens=655_000
+)
 BUSY_API = Traffic(
-    requests_per_day=150 * 86400, diurnal_amplitude=0.2, prompt_tokens=(100, 300), output_tokens=(20, 80),
-    ttft_median_s=0.15, itl_median_s=0.025, long_request_share=0.0005,
+    requests_per_day=150 * 86400,
+    diurnal_amplitude=0.2,
+    prompt_tokens=(100, 300),
+    output_tokens=(20, 80),
+    ttft_median_s=0.15,
+    itl_median_s=0.025,
+    long_request_share=0.0005,
 )
 IQUEST_HOST = Host(
-    mem_total_bytes=1024 * GIB, other_used_bytes=24 * GIB, swap_total_bytes=0.0, cgroup_limit_bytes=None,
+    mem_total_bytes=1024 * GIB,
+    other_used_bytes=24 * GIB,
+    swap_total_bytes=0.0,
+    cgroup_limit_bytes=None,
     base_rss_bytes={"api_server": 2.0 * GIB, "engine_core": 2.5 * GIB, "worker": 6.0 * GIB},
 )
 
 
 def _scenarios() -> dict[str, Scenario]:
-    return {s.name: s for s in (
-        Scenario(
-            "article_a_vllm", "Article A's leak under vLLM on the 4090D: +6 MB per request, ~1000 requests a day",
-            days=1.0, gpu=JANEWAY_4090D, leaks=(Leak("gpu", 6 * MB),),
-            note="vLLM preallocates 90 % of the card, so only ~2 GB of headroom is left: an OOM every few hours.",
-        ),
-        Scenario(
-            "article_a_published", "Article A as published: PyTorch server at 12.3 GB on the 4090D, +6 MB per request",
-            days=3.0, gpu=replace(JANEWAY_4090D, gpu_memory_utilization=None, ready_mib=12595, non_torch_mib=0),
-            leaks=(Leak("gpu", 6 * MB),),
-            note="12.3 GB at start and 18 GB after 24 h as in the article; at a steady 6 MB per request the card "
-                 "fills in about two days (the article reports 22 GB after 72 h).",
-        ),
-        Scenario(
-            "slow_leak", "A slow GPU leak under vLLM: +0.5 MB per request, ~1000 requests a day",
-            days=2.0, gpu=JANEWAY_4090D, leaks=(Leak("gpu", 0.5 * MB),),
-        ),
-        Scenario(
-            "worker_rss_high_traffic", "Host RSS leak in every worker: 90 B per request at 150 requests/s (4 x A100)",
-            days=0.5, gpu=IQUEST_4XA100, traffic=BUSY_API, host=IQUEST_HOST, model_name="iquest-coder-40b",
-            leaks=(Leak("worker", 90),),
-            note="~47 MiB an hour per worker, hidden in a 6 GiB process: the API server's own RSS shows nothing.",
-        ),
-        Scenario(
-            "worker_rss_slow", "Host RSS leak in the worker: 1 MB per request, ~1000 requests a day",
-            days=2.0, gpu=JANEWAY_4090D, leaks=(Leak("worker", 1 * MB),),
-        ),
-        Scenario(
-            "swap_hidden_leak", "EngineCore leaks 1 MB per request and the kernel swaps it out: RSS stays flat",
-            days=2.0, gpu=JANEWAY_4090D, leaks=(Leak("engine_core", 1 * MB, to_swap=True),),
-        ),
-        Scenario(
-            "metrics_cardinality", "vLLM's /metrics gains 40 series an hour (per-adapter labels churning)",
-            days=2.0, gpu=JANEWAY_4090D, metrics_series_per_hour=40.0,
-        ),
-        Scenario(
-            "healthy_30d", "30 healthy days: warm-up, one-time steps after long requests, daily restarts, noise, KV swings",
-            days=30.0, gpu=JANEWAY_4090D, traffic=replace(PRODUCTION_DAY, bursts_per_day=3.0),
-            daily_restart_hour=4.0, noise=Noise(), seed=30,
-            note="Nothing leaks. Every restart brings the warm-up and the allocator steps of the first long "
-                 "requests back; bursts of long-context requests swing the KV cache to ~90 %.",
-        ),
-        Scenario(
-            "healthy_sawtooth", "30 healthy days of release-and-creep: memory grows with traffic and is released every 2 h",
-            days=30.0, gpu=JANEWAY_4090D, traffic=replace(PRODUCTION_DAY, bursts_per_day=3.0),
-            daily_restart_hour=4.0, seed=41,
-            noise=Noise(sawtooth_period_s=7200, sawtooth_mib_per_request={"gpu": 3.0, "worker": 1.0, "api_server": 0.5},
-                        sawtooth_cap_mib=192.0, sawtooth_segment_mib=20.0),
-            note="Inside one rising phase every slice grows by 3 MiB per request, like article A's leak; across "
-                 "releases nothing is gained. DCGM sees the creep as 20 MiB segments.",
-        ),
-        Scenario(
-            "healthy_sawtooth_fast", "30 healthy days of a short sawtooth: a cache trimmed every 25 min, 2 MiB readings",
-            days=30.0, gpu=JANEWAY_4090D, daily_restart_hour=4.0, seed=43,
-            noise=Noise(sawtooth_period_s=1500, sawtooth_mib_per_request={"gpu": 4.0, "engine_core": 2.0},
-                        sawtooth_cap_mib=96.0, sawtooth_segment_mib=2.0),
-        ),
-        Scenario(
-            "healthy_step_clumped", "30 healthy days with clumped arrivals and one persistent step (an adapter loaded) on day 3",
-            days=30.0, gpu=JANEWAY_4090D, traffic=replace(PRODUCTION_DAY, clump_size=8, bursts_per_day=2.0), seed=47,
-            noise=Noise(step_at_s=(2 * 24 + 13.7) * 3600, step_mib={"gpu": 640.0, "worker": 384.0, "api_server": 96.0},
-                        sawtooth_period_s=6 * 3600, sawtooth_mib_per_request={"worker": 0.5}, sawtooth_cap_mib=64.0),
-            note="Requests come eight at a time; the step stays for the rest of the month (no daily restart).",
-        ),
-    )}
+    return {
+        s.name: s
+        for s in (
+            Scenario(
+                "article_a_vllm",
+                "Article A's leak under vLLM on the 4090D: +6 MB per request, ~1000 requests a day",
+                days=1.0,
+                gpu=JANEWAY_4090D,
+                leaks=(Leak("gpu", 6 * MB),),
+                note="vLLM preallocates 90 % of the card, so only ~2 GB of headroom is left: an OOM every few hours.",
+            ),
+            Scenario(
+                "article_a_published",
+                "Article A as published: PyTorch server at 12.3 GB on the 4090D, +6 MB per request",
+                days=3.0,
+                gpu=replace(JANEWAY_4090D, gpu_memory_utilization=None, ready_mib=12595, non_torch_mib=0),
+                leaks=(Leak("gpu", 6 * MB),),
+                note="12.3 GB at start and 18 GB after 24 h as in the article; at a steady 6 MB per request the card "
+                "fills in about two days (the article reports 22 GB after 72 h).",
+            ),
+            Scenario(
+                "slow_leak",
+                "A slow GPU leak under vLLM: +0.5 MB per request, ~1000 requests a day",
+                days=2.0,
+                gpu=JANEWAY_4090D,
+                leaks=(Leak("gpu", 0.5 * MB),),
+            ),
+            Scenario(
+                "worker_rss_high_traffic",
+                "Host RSS leak in every worker: 90 B per request at 150 requests/s (4 x A100)",
+                days=0.5,
+                gpu=IQUEST_4XA100,
+                traffic=BUSY_API,
+                host=IQUEST_HOST,
+                model_name="iquest-coder-40b",
+                leaks=(Leak("worker", 90),),
+                note="~47 MiB an hour per worker, hidden in a 6 GiB process: the API server's own RSS shows nothing.",
+            ),
+            Scenario(
+                "worker_rss_slow",
+                "Host RSS leak in the worker: 1 MB per request, ~1000 requests a day",
+                days=2.0,
+                gpu=JANEWAY_4090D,
+                leaks=(Leak("worker", 1 * MB),),
+            ),
+            Scenario(
+                "swap_hidden_leak",
+                "EngineCore leaks 1 MB per request and the kernel swaps it out: RSS stays flat",
+                days=2.0,
+                gpu=JANEWAY_4090D,
+                leaks=(Leak("engine_core", 1 * MB, to_swap=True),),
+            ),
+            Scenario(
+                "metrics_cardinality",
+                "vLLM's /metrics gains 40 series an hour (per-adapter labels churning)",
+                days=2.0,
+                gpu=JANEWAY_4090D,
+                metrics_series_per_hour=40.0,
+            ),
+            Scenario(
+                "healthy_30d",
+                "30 healthy days: warm-up, one-time steps after long requests, daily restarts, noise, KV swings",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                traffic=replace(PRODUCTION_DAY, bursts_per_day=3.0),
+                daily_restart_hour=4.0,
+                noise=Noise(),
+                seed=30,
+                note="Nothing leaks. Every restart brings the warm-up and the allocator steps of the first long "
+                "requests back; bursts of long-context requests swing the KV cache to ~90 %.",
+            ),
+            Scenario(
+                "healthy_sawtooth",
+                "30 healthy days of release-and-creep: memory grows with traffic and is released every 2 h",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                traffic=replace(PRODUCTION_DAY, bursts_per_day=3.0),
+                daily_restart_hour=4.0,
+                seed=41,
+                noise=Noise(
+                    sawtooth_period_s=7200,
+                    sawtooth_mib_per_request={"gpu": 3.0, "worker": 1.0, "api_server": 0.5},
+                    sawtooth_cap_mib=192.0,
+                    sawtooth_segment_mib=20.0,
+                ),
+                note="Inside one rising phase every slice grows by 3 MiB per request, like article A's leak; across "
+                "releases nothing is gained. DCGM sees the creep as 20 MiB segments.",
+            ),
+            Scenario(
+                "healthy_sawtooth_fast",
+                "30 healthy days of a short sawtooth: a cache trimmed every 25 min, 2 MiB readings",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                daily_restart_hour=4.0,
+                seed=43,
+                noise=Noise(
+                    sawtooth_period_s=1500,
+                    sawtooth_mib_per_request={"gpu": 4.0, "engine_core": 2.0},
+                    sawtooth_cap_mib=96.0,
+                    sawtooth_segment_mib=2.0,
+                ),
+            ),
+            Scenario(
+                "healthy_step_clumped",
+                "30 healthy days with clumped arrivals and one persistent step (an adapter loaded) on day 3",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                traffic=replace(PRODUCTION_DAY, clump_size=8, bursts_per_day=2.0),
+                seed=47,
+                noise=Noise(
+                    step_at_s=(2 * 24 + 13.7) * 3600,
+                    step_mib={"gpu": 640.0, "worker": 384.0, "api_server": 96.0},
+                    sawtooth_period_s=6 * 3600,
+                    sawtooth_mib_per_request={"worker": 0.5},
+                    sawtooth_cap_mib=64.0,
+                ),
+                note="Requests come eight at a time; the step stays for the rest of the month (no daily restart).",
+            ),
+        )
+    }
 
 
 SCENARIOS = _scenarios()
@@ -124,8 +188,10 @@ def leak_at_hour(hour: float, mb_per_request: float, seed: int = 1) -> Scenario:
     return Scenario(
         f"gpu_leak_{mb_per_request:g}mb_at_{hour:02.0f}h",
         f"A GPU leak of {mb_per_request:g} MB per request starting at {hour:02.0f}:00 UTC, ~1000 requests a day",
-        days=(start_s + 14 * 3600) / 86400, gpu=JANEWAY_4090D,
-        leaks=(Leak("gpu", mb_per_request * MB, start_s=start_s, segment_mib=20.0),), seed=seed,
+        days=(start_s + 14 * 3600) / 86400,
+        gpu=JANEWAY_4090D,
+        leaks=(Leak("gpu", mb_per_request * MB, start_s=start_s, segment_mib=20.0),),
+        seed=seed,
     )
 
 
