@@ -11,10 +11,10 @@ import time
 
 sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
 
-from leakwatch.heal.kubernetes_restarter import KubernetesRestarter  # noqa: E402
-from leakwatch.heal.payload import Alert  # noqa: E402
-from leakwatch.heal.restarters import RestartError  # noqa: E402
-from leakwatch.helm.identity import MODEL_LABEL  # noqa: E402
+from leakwatch.heal.kubernetes_restarter import KubernetesRestarter
+from leakwatch.heal.payload import Alert
+from leakwatch.heal.restarters import RestartError
+from leakwatch.helm.identity import MODEL_LABEL
 
 
 def alert(namespace: str, pod: str) -> Alert:
@@ -27,8 +27,9 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     args = parser.parse_args()
     refused = []
-    restarter = KubernetesRestarter.in_cluster(args.namespace, MODEL_LABEL, retries=0, poll_s=2,
-                                               on_refused=lambda: refused.append(1))
+    restarter = KubernetesRestarter.in_cluster(
+        args.namespace, MODEL_LABEL, retries=0, poll_s=2, on_refused=lambda: refused.append(1)
+    )
     restarter.check()
     pods = sorted(p.metadata.name for p in restarter._model_pods(args.model))
     if len(pods) != 2:
@@ -40,7 +41,7 @@ def main() -> int:
     result = {}
     worker = Thread(target=lambda: result.setdefault("first", restarter.restart(alert(args.namespace, first))))
     worker.start()
-    time.sleep(5)   # the eviction of the first is accepted and its pod terminating
+    time.sleep(5)  # the eviction of the first is accepted and its pod terminating
     try:
         restarter.restart(alert(args.namespace, second))
         print("FAIL: the second eviction was accepted although the budget allows one disruption", file=sys.stderr)
