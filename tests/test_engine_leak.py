@@ -45,32 +45,42 @@ def test_a_bad_size_stops_vllm_at_start_up(monkeypatch):
         engine_leak.register()
 
 
-def test_only_marked_requests_leak(monkeypatch):
+class Params:
+    def __init__(self, extra):
+        self.extra_args = extra
+
+
+class Request:
+    def __init__(self, extra):
+        self.sampling_params = Params(extra)
+
+
+def test_only_requests_marked_for_the_role_leak_there(monkeypatch):
     from vllm.v1.engine.core import EngineCore
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     calls = []
     monkeypatch.setattr(EngineCore, "add_request", lambda self, request, *a, **k: calls.append(request))
+    monkeypatch.setattr(WorkerWrapperBase, "execute_model", lambda self, out, *a, **k: calls.append(out))
     monkeypatch.setenv(engine_leak.BYTES_ENV, "8192")
     monkeypatch.setattr(engine_leak, "_kept", [])
     engine_leak.register()
 
-    class Params:
-        def __init__(self, extra):
-            self.extra_args = extra
-
-    class Request:
-        def __init__(self, extra):
-            self.sampling_params = Params(extra)
-
     core = object.__new__(EngineCore)
-    EngineCore.add_request(core, Request({engine_leak.MARKER: 1}))
-    EngineCore.add_request(core, Request(None))
-    EngineCore.add_request(core, Request({"other": 1}))
-    assert len(calls) == 3  # every request still reaches vLLM's own add_request
-    assert len(engine_leak._kept) == 1  # only the marked one kept its block
+    for extra in ({engine_leak.MARKER: "engine_core"}, None, {"other": 1}, {engine_leak.MARKER: "worker"}):
+        EngineCore.add_request(core, Request(extra))
+    assert len(calls) == 4  # every request still reaches vLLM's own add_request
+    assert len(engine_leak._kept) == 1  # only the one marked for the engine core kept its block
+
+    class Step:  # a scheduler step with two new requests, one marked for the worker
+        scheduled_new_reqs = [Request({engine_leak.MARKER: "worker"}), Request({engine_leak.MARKER: "engine_core"})]
+
+    worker = object.__new__(WorkerWrapperBase)
+    WorkerWrapperBase.execute_model(worker, Step())
+    assert len(engine_leak._kept) == 2 and len(calls) == 5
     engine_leak.register()  # a second load in the same process does not wrap twice
-    EngineCore.add_request(core, Request({engine_leak.MARKER: 1}))
-    assert len(engine_leak._kept) == 2
+    EngineCore.add_request(core, Request({engine_leak.MARKER: "engine_core"}))
+    assert len(engine_leak._kept) == 3
 
 
 def test_no_size_is_no_patch(monkeypatch):

@@ -1,6 +1,6 @@
-"""A known leak inside vLLM's EngineCore process, where --middleware cannot reach (it runs in the API
-server): a vLLM general plugin that keeps a fixed block of host memory per request the engine core
-adds, for requests that ask for it.
+"""A known leak inside vLLM's EngineCore or worker process, where --middleware cannot reach (it runs in
+the API server): a vLLM general plugin that keeps a fixed block of host memory per request, in the
+process role the request asks for.
 
 vLLM loads `vllm.general_plugins` entry points in every process it starts, EngineCore included
 (vllm/v1/engine/core.py calls load_general_plugins()). leakwatch does not declare the entry point in
@@ -10,9 +10,11 @@ distribution (a .dist-info with the entry point) that a drill or test puts on vL
     LEAKWATCH_ENGINE_LEAK_BYTES_PER_REQUEST=1048576   # bytes kept per marked request (0: no leak)
     PYTHONPATH=<plugin_dir()>
 
-Only requests carrying `"vllm_xargs": {"leakwatch_leak": 1}` leak, so one stack can serve leaking
-and clean traffic side by side (as the middleware's path prefix does for the API server). On the
-CPU backend the worker runs inside the EngineCore process; this is the engine-core role's leak.
+Only requests carrying `"vllm_xargs": {"leakwatch_leak": "<role>"}` leak, in that role alone:
+`engine_core` keeps the block when EngineCore adds the request (EngineCore.add_request), `worker`
+when a worker first schedules it (WorkerWrapperBase.execute_model, the new requests of the step). One
+stack can so serve leaking and clean traffic side by side, as the middleware's path prefix does for
+the API server.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 BYTES_ENV = "LEAKWATCH_ENGINE_LEAK_BYTES_PER_REQUEST"
 MARKER = "leakwatch_leak"
+ROLES = ("engine_core", "worker")
 ENTRY_POINT = f"leakwatch_engine_leak = {__name__}:register"
 DIST = "leakwatch_engine_leak-0.0.dist-info"
 
@@ -54,30 +57,47 @@ def pythonpath(parent: Path) -> str:
     return os.pathsep.join(p for p in (str(plugin_dir(parent)), os.environ.get("PYTHONPATH", "")) if p)
 
 
-def marked(request) -> bool:
+def marked(request, role: str) -> bool:
+    """Whether a request (EngineCore's Request, or a worker's NewRequestData) asks to leak in `role`."""
     params = getattr(request, "sampling_params", None)
     extra = getattr(params, "extra_args", None) or {}
-    return bool(extra.get(MARKER))
+    return extra.get(MARKER) == role
 
 
 def register() -> None:
-    """The plugin: patch EngineCore.add_request to keep the block. vLLM calls this in every process;
-    only EngineCore ever runs add_request, so the API server's copy of the patch stays idle."""
+    """The plugin: patch EngineCore.add_request and WorkerWrapperBase.execute_model to keep the
+    block. vLLM calls this in every process; each method only runs in its own role's process, so
+    the other processes' copies of the patch stay idle."""
     size = bytes_per_request()  # a bad value stops vLLM at start-up, not mid-run
     if not size:
         return
     from vllm.v1.engine.core import EngineCore
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     from .leak_middleware import _HostBlock
 
-    if getattr(EngineCore.add_request, "_leakwatch_leak", False):
-        return  # plugins may load more than once in a process
-    original = EngineCore.add_request
+    def keep() -> None:
+        _kept.append(_HostBlock(size))
 
-    def add_request(self, request, *args, **kwargs):
-        if marked(request):
-            _kept.append(_HostBlock(size))
-        return original(self, request, *args, **kwargs)
+    if not getattr(EngineCore.add_request, "_leakwatch_leak", False):  # plugins may load twice
+        add_original = EngineCore.add_request
 
-    add_request._leakwatch_leak = True
-    EngineCore.add_request = add_request
+        def add_request(self, request, *args, **kwargs):
+            if marked(request, "engine_core"):
+                keep()
+            return add_original(self, request, *args, **kwargs)
+
+        add_request._leakwatch_leak = True
+        EngineCore.add_request = add_request
+
+    if not getattr(WorkerWrapperBase.execute_model, "_leakwatch_leak", False):
+        execute_original = WorkerWrapperBase.execute_model
+
+        def execute_model(self, scheduler_output, *args, **kwargs):
+            for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+                if marked(new, "worker"):
+                    keep()
+            return execute_original(self, scheduler_output, *args, **kwargs)
+
+        execute_model._leakwatch_leak = True
+        WorkerWrapperBase.execute_model = execute_model
