@@ -27,11 +27,11 @@ from leakwatch.leakcheck.command import add_arguments, run_check
 
 from ..conftest import running_native_stack
 
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
-
 MIB = 1 << 20
 LEAK_BYTES = MIB
 WINDOW_S = float(os.environ.get("LEAKWATCH_VERDICT_WINDOW_S", "720"))
+# A phase is the window plus its check; the first also starts vLLM (7 minutes on a loaded machine).
+pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(WINDOW_S + 1200)]
 BURST, PERIOD_S = 150, 30.0
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 
