@@ -159,8 +159,8 @@ def test_the_cpu_hog_spins_and_stops_by_itself():
         proc = psutil.Process(pid)
         # Busy, not sleeping: it keeps using CPU (on a shared 2-core machine at a load of 30 it gets a
         # small share of a core, so watch the total rather than a rate).
-        used = 0.0
-        while proc.is_running() and used <= 0.25:
+        used, deadline = 0.0, time.monotonic() + 15
+        while used <= 0.25 and time.monotonic() < deadline:
             try:
                 used = proc.cpu_times().user
             except psutil.NoSuchProcess:
