@@ -147,6 +147,14 @@ def test_phases_are_recorded_in_order_and_add_up_to_the_recovery():
     assert phases.summary().startswith("escalate_s=4.0 notify_s=2.0 drain_s=6.0 stop_s=3.0")
 
 
+def test_a_late_poll_of_the_remediation_alert_is_bounded_by_the_healer_acting():
+    phases = RecoveryPhases(alert_at=100.0, remediation_at=110.3)
+    watcher = PhaseWatcher(phases, [1], vllm_pids=lambda: [1], healthy=lambda: False,
+                           healer_began=lambda: 110.0, sigterm_to_gone_s=lambda: 0.0)
+    watcher.poll(111.0)
+    assert phases.durations()["notify"] == 0.0 and phases.remediation_at == 110.0
+
+
 def test_phases_out_of_order_are_reported():
     phases = RecoveryPhases(alert_at=100.0, remediation_at=90.0, healer_began_at=95.0)
     assert any("remediation_at" in p for p in phases.problems())

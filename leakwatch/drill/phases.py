@@ -80,6 +80,10 @@ class PhaseWatcher:
             began = self.healer_began()
             if began > 0:
                 p.healer_began_at = began
+                # The healer acts on the remediation alert, so it fired by then; a later mark is the
+                # drill's once-a-second poll arriving late.
+                if p.remediation_at is not None and p.remediation_at > began:
+                    p.remediation_at = began
         if p.healer_began_at is None:
             return
         pids = set(self.vllm_pids())
