@@ -3,10 +3,14 @@ restart-only proxy, the proxy only the healer, and the token only Alertmanager a
 
 from __future__ import annotations
 
+import pytest
+
 from leakwatch.generate.compose_healer import PROXY_HOST, PROXY_NETWORK, SECRET
 from leakwatch.settings import load as load_settings
 
 from .compose_support import resolved
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 
