@@ -21,8 +21,9 @@ def engine_problem() -> str | None:
     if not shutil.which("docker"):
         return "the docker CLI is not installed"
     try:
-        result = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                                capture_output=True, text=True, timeout=15)
+        result = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=15
+        )
     except subprocess.TimeoutExpired:
         return "`docker info` timed out"
     if result.returncode != 0:

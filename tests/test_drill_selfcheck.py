@@ -24,15 +24,18 @@ WINDOW = selfcheck.leak_window(COMPRESSION)
 STEP = 1.0
 NOW = float(int(time.time() // 3600 * 3600))
 # One drill history per case, hours apart: (control start, leak start).
-CASES = {name: (NOW - (10 - 2 * i) * 3600, NOW - (10 - 2 * i) * 3600 + 300)
-         for i, name in enumerate(["honest", "too_soon", "in_control", "wrong_role"])}
+CASES = {
+    name: (NOW - (10 - 2 * i) * 3600, NOW - (10 - 2 * i) * 3600 + 300)
+    for i, name in enumerate(["honest", "too_soon", "in_control", "wrong_role"])
+}
 
 
 def _alerts(lines: list[str], role: str, state: str, start: float, end: float) -> None:
     t = start
     while t <= end:
-        lines.append(f'ALERTS{{alertname="{LEAK_ALERT}",alertstate="{state}",role="{role}",severity="warning"}} '
-                     f"1 {t:.3f}")
+        lines.append(
+            f'ALERTS{{alertname="{LEAK_ALERT}",alertstate="{state}",role="{role}",severity="warning"}} 1 {t:.3f}'
+        )
         t += STEP
 
 
@@ -53,7 +56,9 @@ def history() -> str:
     c, leak = CASES["wrong_role"]
     _alerts(lines, "engine_core", "pending", leak + w - WINDOW.for_s + 5, leak + w + 4)
     _alerts(lines, "engine_core", "firing", leak + w + 5, leak + w + 60)
-    lines.sort(key=lambda line: (line.split(" ")[0], float(line.split(" ")[-1])) if not line.startswith("#") else ("", 0))
+    lines.sort(
+        key=lambda line: (line.split(" ")[0], float(line.split(" ")[-1])) if not line.startswith("#") else ("", 0)
+    )
     return "\n".join(lines) + "\n# EOF\n"
 
 
@@ -65,8 +70,16 @@ def prom():
 
 def attribute(prom, case: str, alert_after_s: float):
     control, leak = CASES[case]
-    return selfcheck.attribute(prom, LEAK_ALERT, WINDOW, control_start=control, leak_start=leak,
-                               alert_at=leak + alert_after_s, role="api_server", step=STEP)
+    return selfcheck.attribute(
+        prom,
+        LEAK_ALERT,
+        WINDOW,
+        control_start=control,
+        leak_start=leak,
+        alert_at=leak + alert_after_s,
+        role="api_server",
+        step=STEP,
+    )
 
 
 def test_the_earliest_alert_follows_the_rule_settings():
@@ -77,7 +90,9 @@ def test_the_earliest_alert_follows_the_rule_settings():
     n, q = host.slices("leak_slices"), t.slice_quantile
     assert WINDOW.slices_needed == n - math.ceil(q * (n - 1))
     slice_s = host.seconds("leak_window") / n / COMPRESSION
-    assert WINDOW.earliest_s == pytest.approx((WINDOW.slices_needed - 1) * slice_s + host.seconds("leak_for") / COMPRESSION)
+    assert WINDOW.earliest_s == pytest.approx(
+        (WINDOW.slices_needed - 1) * slice_s + host.seconds("leak_for") / COMPRESSION
+    )
     assert WINDOW.earliest_s > 2.4 * 10  # the issue's 2.4 s figure is far below what the rule allows
 
 
@@ -108,8 +123,9 @@ def test_an_alert_on_another_role_fails_the_drill(prom):
 
 def test_no_alert_is_no_attribution_failure_of_its_own(prom):
     control, leak = CASES["honest"]
-    out = selfcheck.attribute(prom, LEAK_ALERT, WINDOW, control_start=control, leak_start=leak, alert_at=None,
-                              role="api_server", step=STEP)
+    out = selfcheck.attribute(
+        prom, LEAK_ALERT, WINDOW, control_start=control, leak_start=leak, alert_at=None, role="api_server", step=STEP
+    )
     assert out.failures == [] and out.alert_s is None
 
 
@@ -123,8 +139,14 @@ class FakeVllm:
 def test_phases_are_recorded_in_order_and_add_up_to_the_recovery():
     vllm = FakeVllm()
     phases = RecoveryPhases(alert_at=100.0, remediation_at=104.0)
-    watcher = PhaseWatcher(phases, [10, 11], vllm_pids=lambda: vllm.pids, healthy=lambda: vllm.health,
-                           healer_began=lambda: vllm.began, sigterm_to_gone_s=lambda: vllm.stop_s)
+    watcher = PhaseWatcher(
+        phases,
+        [10, 11],
+        vllm_pids=lambda: vllm.pids,
+        healthy=lambda: vllm.health,
+        healer_began=lambda: vllm.began,
+        sigterm_to_gone_s=lambda: vllm.stop_s,
+    )
     watcher.poll(105.0)  # the healer has not begun: nothing else is read
     assert phases.healer_began_at is None
     vllm.began = 106.0
@@ -140,8 +162,15 @@ def test_phases_are_recorded_in_order_and_add_up_to_the_recovery():
     watcher.poll(150.0)
     phases.baseline_at = 170.0
     d = phases.durations()
-    assert d == {"escalate": 4.0, "notify": 2.0, "drain": 6.0, "stop": 3.0, "start": 1.0, "ready": 34.0,
-                 "baseline": 20.0}
+    assert d == {
+        "escalate": 4.0,
+        "notify": 2.0,
+        "drain": 6.0,
+        "stop": 3.0,
+        "start": 1.0,
+        "ready": 34.0,
+        "baseline": 20.0,
+    }
     assert sum(d.values()) == pytest.approx(phases.baseline_at - phases.alert_at)
     assert phases.problems() == []
     assert phases.summary().startswith("escalate_s=4.0 notify_s=2.0 drain_s=6.0 stop_s=3.0")
@@ -149,8 +178,14 @@ def test_phases_are_recorded_in_order_and_add_up_to_the_recovery():
 
 def test_a_late_poll_of_the_remediation_alert_is_bounded_by_the_healer_acting():
     phases = RecoveryPhases(alert_at=100.0, remediation_at=110.3)
-    watcher = PhaseWatcher(phases, [1], vllm_pids=lambda: [1], healthy=lambda: False,
-                           healer_began=lambda: 110.0, sigterm_to_gone_s=lambda: 0.0)
+    watcher = PhaseWatcher(
+        phases,
+        [1],
+        vllm_pids=lambda: [1],
+        healthy=lambda: False,
+        healer_began=lambda: 110.0,
+        sigterm_to_gone_s=lambda: 0.0,
+    )
     watcher.poll(111.0)
     assert phases.durations()["notify"] == 0.0 and phases.remediation_at == 110.0
 

@@ -46,8 +46,7 @@ class FakeDockerProxy:
                     return self._reply(403, b"<html>403 Forbidden</html>")
                 if url.path.endswith("/containers/json"):
                     wanted = json.loads(query.get("filters", ["{}"])[0]).get("label", [])
-                    found = [c for c in proxy.containers
-                             if set(wanted) <= {f"{k}={v}" for k, v in c["Labels"].items()}]
+                    found = [c for c in proxy.containers if set(wanted) <= {f"{k}={v}" for k, v in c["Labels"].items()}]
                     return self._reply(200, found)
                 return self._reply(404, {"message": "no such endpoint in this stand-in"})
 
@@ -77,8 +76,12 @@ def container(cid: str, labels: dict) -> dict:
 
 @pytest.fixture
 def proxy():
-    p = FakeDockerProxy([container("abc123def456", {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}),
-                         container("999888777666", {"com.docker.compose.service": "prometheus"})])
+    p = FakeDockerProxy(
+        [
+            container("abc123def456", {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}),
+            container("999888777666", {"com.docker.compose.service": "prometheus"}),
+        ]
+    )
     yield p
     p.close()
 

@@ -90,15 +90,23 @@ def _measures(bpr, gph, *, served=2500.0, minutes=12.0):
     # The later part: the same estimates, intervals unknown (so the plateau rule does not decide).
     recent = Interval(bpr.estimate, -math.inf, math.inf)
     recent_gph = Interval(gph.estimate, -math.inf, math.inf)
-    return Measures(bpr=bpr, gph=gph, recent=recent, recent_gph=recent_gph, recent_served=served / 2, served=served,
-                    window_minutes=minutes, requests_per_minute=rate, requests_per_hour=rate * 60)
+    return Measures(
+        bpr=bpr,
+        gph=gph,
+        recent=recent,
+        recent_gph=recent_gph,
+        recent_served=served / 2,
+        served=served,
+        window_minutes=minutes,
+        requests_per_minute=rate,
+        requests_per_hour=rate * 60,
+    )
 
 
 def test_the_per_request_interval_decides_alone_when_growth_per_hour_is_unbounded():
     """Issue 19's numbers: 1.049 MB/request [1.049 .. 1.051 MB], growth/hour interval unbounded. The
     old rule waited for both and said INCONCLUSIVE."""
-    d = _decide(CFG, _measures(Interval(1.049 * MB, 1.049 * MB, 1.051 * MB),
-                               Interval(14e9, -math.inf, math.inf)))
+    d = _decide(CFG, _measures(Interval(1.049 * MB, 1.049 * MB, 1.051 * MB), Interval(14e9, -math.inf, math.inf)))
     assert (d.verdict, d.decided_by) == (LEAK, "bytes_per_request"), d.reason
     d = _decide(CFG, _measures(Interval(1.049 * MB, -math.inf, math.inf), Interval(14e9, 12e9, 16e9)))
     assert (d.verdict, d.decided_by) == (LEAK, "growth_per_hour"), d.reason
@@ -134,8 +142,9 @@ def test_growth_per_hour_alone_keeps_a_flat_per_request_fit_from_no_leak():
 def test_inconclusive_says_how_much_more_would_decide_and_that_much_more_does():
     weak = dict(requests_per_s=0.02, bytes_per_request=0.3 * MB, noise=20 * MB, ar=0.5)
     short = make(hours=1, step=30, seed=13, **weak)
-    r = analyse(short.timeline(), short.series(), CFG, start=float(short.t[0]), end=float(short.t[-1]),
-                step=30.0).series[0]
+    r = analyse(
+        short.timeline(), short.series(), CFG, start=float(short.t[0]), end=float(short.t[-1]), step=30.0
+    ).series[0]
     assert r.verdict == INCONCLUSIVE, r.reason
     assert r.more_minutes is not None and math.isfinite(r.more_minutes) and r.more_minutes > 0, r.reason
     assert "more requests" in r.reason and "would decide LEAK" in r.reason
@@ -144,8 +153,9 @@ def test_inconclusive_says_how_much_more_would_decide_and_that_much_more_does():
     decided = 0
     for seed in (31, 32, 33):
         longer = make(hours=hours, step=30, seed=seed, **weak)
-        res = analyse(longer.timeline(), longer.series(), CFG, start=float(longer.t[0]), end=float(longer.t[-1]),
-                      step=30.0).series[0]
+        res = analyse(
+            longer.timeline(), longer.series(), CFG, start=float(longer.t[0]), end=float(longer.t[-1]), step=30.0
+        ).series[0]
         decided += res.verdict == LEAK
     assert decided >= 2, hours
 

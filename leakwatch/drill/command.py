@@ -20,19 +20,24 @@ from . import plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(plan.CONFIG_FILE), metavar="FILE",
-                        help="drill settings (default config/drill.yaml)")
+    parser.add_argument(
+        "--config", default=str(plan.CONFIG_FILE), metavar="FILE", help="drill settings (default config/drill.yaml)"
+    )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
-    parser.add_argument("--cpu-hogs", type=int, default=0, metavar="N",
-                        help="the loaded variant: N busy processes beside the stack for the whole drill "
-                             "(bounded; `make bench-drill LOAD=1` uses 2)")
+    parser.add_argument(
+        "--cpu-hogs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the loaded variant: N busy processes beside the stack for the whole drill "
+        "(bounded; `make bench-drill LOAD=1` uses 2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from .run import Drill
-
     from ..errors import LeakwatchError
+    from .run import Drill
 
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
@@ -43,13 +48,17 @@ def run(args: argparse.Namespace) -> int:
             json.dump(result.__dict__, fh, indent=1, default=str)
     est = result.estimate_bytes_per_request
     print(f"control phase: {result.control.get('verdict', 'n/a')}")
-    print(f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
-          f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected")
+    print(
+        f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
+        f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected"
+    )
     print(f"restarts by the healer: {result.restarts} (alerts it received: {result.notifications})")
     attribution = result.attribution
     if attribution.get("labels"):
-        print(f"leak alert: {attribution['alert']} on {attribution['labels']} after {result.alert_s:.1f}s "
-              f"(the rule allows no earlier than {attribution['earliest_s']:.1f}s)")
+        print(
+            f"leak alert: {attribution['alert']} on {attribution['labels']} after {result.alert_s:.1f}s "
+            f"(the rule allows no earlier than {attribution['earliest_s']:.1f}s)"
+        )
     if result.phases_summary:
         print(f"recovery by phase: {result.phases_summary}")
     for failure in result.failures:

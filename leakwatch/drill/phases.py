@@ -64,9 +64,16 @@ class RecoveryPhases:
 class PhaseWatcher:
     """Polled by the drill while the healer works; records each mark the first time it is seen."""
 
-    def __init__(self, phases: RecoveryPhases, old_pids: Iterable[int], *, vllm_pids: Callable[[], list[int]],
-                 healthy: Callable[[], bool], healer_began: Callable[[], float],
-                 sigterm_to_gone_s: Callable[[], float]):
+    def __init__(
+        self,
+        phases: RecoveryPhases,
+        old_pids: Iterable[int],
+        *,
+        vllm_pids: Callable[[], list[int]],
+        healthy: Callable[[], bool],
+        healer_began: Callable[[], float],
+        sigterm_to_gone_s: Callable[[], float],
+    ):
         self.phases = phases
         self.old_pids = set(old_pids)
         self.vllm_pids = vllm_pids

@@ -11,7 +11,7 @@ from ..heal.command import VLLM_CONTAINER_LABEL
 from ..settings import StackSettings
 
 SECRET = "healer_token"
-SECRET_FILE = "./secrets/healer-token"   # created by `make up` (compose runner), git-ignored
+SECRET_FILE = "./secrets/healer-token"  # created by `make up` (compose runner), git-ignored
 SECRET_PATH = f"/run/secrets/{SECRET}"
 PROXY_NETWORK = "docker-api"
 PROXY_HOST = "docker-socket-proxy"
@@ -36,12 +36,22 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
             **image,
             "entrypoint": ["leakwatch", "heal"],
             "command": [
-                "--listen", "0.0.0.0", "--port", str(port),
-                "--token-file", SECRET_PATH,
-                "--restarter", "docker", "--docker-url", f"http://{PROXY_HOST}:{proxy_port}",
-                "--container-label", VLLM_CONTAINER_LABEL,
-                "--vllm-url", f"http://vllm:{settings.service('vllm').default_port}",
-                "--state-file", f"{STATE_DIR}/state.json",
+                "--listen",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--token-file",
+                SECRET_PATH,
+                "--restarter",
+                "docker",
+                "--docker-url",
+                f"http://{PROXY_HOST}:{proxy_port}",
+                "--container-label",
+                VLLM_CONTAINER_LABEL,
+                "--vllm-url",
+                f"http://vllm:{settings.service('vllm').default_port}",
+                "--state-file",
+                f"{STATE_DIR}/state.json",
             ],
             "secrets": [SECRET],
             "volumes": [f"healer-data:{STATE_DIR}"],

@@ -21,8 +21,8 @@ class RestartError(RuntimeError):
 
 @dataclass
 class RestartTiming:
-    stop_s: float      # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable
-    start_s: float     # until the restart call returned
+    stop_s: float  # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable
+    start_s: float  # until the restart call returned
 
 
 class SupervisorRestarter:
@@ -32,8 +32,15 @@ class SupervisorRestarter:
 
     STOPPED = ("STOPPED", "EXITED", "FATAL")
 
-    def __init__(self, socket_path: Path, program: str = "vllm", stop_timeout_s: float = 60.0,
-                 start_timeout_s: float = 120.0, rpc_timeout_s: float = 10.0, poll_s: float = 0.5):
+    def __init__(
+        self,
+        socket_path: Path,
+        program: str = "vllm",
+        stop_timeout_s: float = 60.0,
+        start_timeout_s: float = 120.0,
+        rpc_timeout_s: float = 10.0,
+        poll_s: float = 0.5,
+    ):
         self.socket_path = Path(socket_path)
         self.program = program
         self.stop_timeout_s = stop_timeout_s
@@ -77,8 +84,7 @@ class SupervisorRestarter:
                 self._wait_state(rpc, lambda s: s in self.STOPPED, began + self.stop_timeout_s, "stop")
             stopped = time.monotonic()
             rpc.startProcess(self.program, False)
-            state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), stopped + self.start_timeout_s,
-                                     "start")
+            state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), stopped + self.start_timeout_s, "start")
             if state != "RUNNING":
                 raise RestartError(f"{self.describe()}: {state} after the start (see its log)")
         except (OSError, xmlrpc.client.Error) as exc:
@@ -103,8 +109,9 @@ class DockerRestarter:
     def _containers(self) -> list[dict]:
         filters = json.dumps({"label": [self.label], "status": ["running", "restarting", "exited", "created"]})
         try:
-            resp = self.session.get(f"{self.base_url}/containers/json",
-                                    params={"all": "1", "filters": filters}, timeout=self.http_timeout_s)
+            resp = self.session.get(
+                f"{self.base_url}/containers/json", params={"all": "1", "filters": filters}, timeout=self.http_timeout_s
+            )
         except requests.RequestException as exc:
             raise RestartError(f"cannot reach the Docker API at {self.base_url}: {exc}") from None
         if resp.status_code != 200:
@@ -127,8 +134,11 @@ class DockerRestarter:
         began = time.monotonic()
         try:
             # Docker sends the stop signal (SIGTERM: vLLM drains), waits t seconds, then SIGKILLs and starts it.
-            resp = self.session.post(f"{self.base_url}/containers/{cid}/restart", params={"t": self.stop_timeout_s},
-                                     timeout=self.stop_timeout_s + self.http_timeout_s)
+            resp = self.session.post(
+                f"{self.base_url}/containers/{cid}/restart",
+                params={"t": self.stop_timeout_s},
+                timeout=self.stop_timeout_s + self.http_timeout_s,
+            )
         except requests.RequestException as exc:
             raise RestartError(f"restarting container {cid[:12]}: {exc}") from None
         if resp.status_code != 204:

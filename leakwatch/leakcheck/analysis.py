@@ -51,7 +51,7 @@ class SeriesResult:
     request_fit: SlopeFit | None
     time_fit: SlopeFit | None
     decided_by: str = "data"
-    exhaustion_basis: str | None = None        # request_rate | growth_per_hour
+    exhaustion_basis: str | None = None  # request_rate | growth_per_hour
     recent_requests_per_hour: float | None = None  # production hours
     more_requests: float | None = None
     more_minutes: float | None = None
@@ -78,8 +78,9 @@ class SeriesResult:
             "exhaustion_basis": self.exhaustion_basis,
             "decided_by": self.decided_by,
             "recent_requests_per_hour": self.recent_requests_per_hour,
-            "inconclusive_needs": None if self.verdict != INCONCLUSIVE else {
-                "more_requests": self.more_requests, "more_minutes": self.more_minutes},
+            "inconclusive_needs": None
+            if self.verdict != INCONCLUSIVE
+            else {"more_requests": self.more_requests, "more_minutes": self.more_minutes},
         }
 
 
@@ -138,15 +139,15 @@ class Measures:
     """What one series' verdict is decided on (rates per production hour, amounts of traffic in
     wall-clock minutes: what a user waits for)."""
 
-    bpr: Interval                  # bytes per request, whole window
-    gph: Interval                  # growth per hour, whole window
-    recent: Interval               # bytes per request, later part
-    recent_gph: Interval           # growth per hour, later part
+    bpr: Interval  # bytes per request, whole window
+    gph: Interval  # growth per hour, whole window
+    recent: Interval  # bytes per request, later part
+    recent_gph: Interval  # growth per hour, later part
     recent_served: float
     served: float
-    window_minutes: float          # wall-clock minutes of analysed points
-    requests_per_minute: float     # the later part's traffic, per wall-clock minute
-    requests_per_hour: float       # the whole window's traffic, per production hour
+    window_minutes: float  # wall-clock minutes of analysed points
+    requests_per_minute: float  # the later part's traffic, per wall-clock minute
+    requests_per_hour: float  # the whole window's traffic, per production hour
     range_rate: float = math.inf
 
     def per_request_threshold(self, cfg: CheckConfig) -> float:
@@ -163,9 +164,9 @@ class Measures:
 class Decision:
     verdict: str
     reason: str
-    decided_by: str                        # bytes_per_request | growth_per_hour | both | range | recent | data
-    more_requests: float | None = None     # INCONCLUSIVE: about this many more requests would decide ...
-    more_minutes: float | None = None      # ... or this many more (wall-clock) minutes at the current traffic
+    decided_by: str  # bytes_per_request | growth_per_hour | both | range | recent | data
+    more_requests: float | None = None  # INCONCLUSIVE: about this many more requests would decide ...
+    more_minutes: float | None = None  # ... or this many more (wall-clock) minutes at the current traffic
 
 
 def _more_data_factor(iv: Interval, threshold: float) -> float:
@@ -192,8 +193,7 @@ def _decide(cfg: CheckConfig, m: Measures) -> Decision:
     # Magnitude before ranks: a series that hardly moved cannot leak at the threshold's rate, however
     # its rank statistics look (a quiet process's RSS is a staircase of page faults).
     if m.range_rate < t_hour:
-        return Decision(NO_LEAK, f"its whole range moved at most {_b(m.range_rate)}/h, below {_b(t_hour)}/h",
-                        "range")
+        return Decision(NO_LEAK, f"its whole range moved at most {_b(m.range_rate)}/h, below {_b(t_hour)}/h", "range")
     # The later part of the window decides whether growth is still going on: a leak keeps growing
     # with every request, a one-time step (a cache filled by a long request) then stays flat.
     recent_flat = recent.high < t_req or (m.recent_served >= cfg.min_requests and recent_gph.high < t_hour)
@@ -202,16 +202,22 @@ def _decide(cfg: CheckConfig, m: Measures) -> Decision:
     if recent_flat:
         grew = by_request or by_hour
         what = "grew earlier but" if grew else "memory"
-        return Decision(NO_LEAK, f"{what} did not grow in the later part of the window (high ends "
-                                 f"{_b(recent.high)}/request, {_b(recent_gph.high)}/h)"
-                                 f"{': a step that plateaued, not a leak' if grew else ''}", "recent")
+        return Decision(
+            NO_LEAK,
+            f"{what} did not grow in the later part of the window (high ends "
+            f"{_b(recent.high)}/request, {_b(recent_gph.high)}/h)"
+            f"{': a step that plateaued, not a leak' if grew else ''}",
+            "recent",
+        )
     # Either measure decides a leak on its own: bursty or idle-gapped traffic makes memory against
     # time a staircase whose growth/hour interval can stay unbounded while every request's growth
     # is measured to the byte (issue 19).
     if (by_request or by_hour) and _still_growing(m, cfg):
         parts = []
         if by_request:
-            parts.append(f"grows {_b(bpr.estimate)}/request (interval {_b(bpr.low)} .. {_b(bpr.high)} above {_b(t_req)})")
+            parts.append(
+                f"grows {_b(bpr.estimate)}/request (interval {_b(bpr.low)} .. {_b(bpr.high)} above {_b(t_req)})"
+            )
         if by_hour:
             parts.append(f"grows {_b(gph.estimate)}/h (interval {_b(gph.low)} .. {_b(gph.high)} above {_b(t_hour)}/h)")
         basis = "both" if by_request and by_hour else ("bytes_per_request" if by_request else "growth_per_hour")
@@ -219,8 +225,12 @@ def _decide(cfg: CheckConfig, m: Measures) -> Decision:
     # NO-LEAK needs every measure there is to be below its threshold.
     below = [(bpr.high < t_req, math.isfinite(bpr.estimate)), (gph.high < t_hour, math.isfinite(gph.estimate))]
     if all(ok for ok, exists in below if exists) and any(exists for _, exists in below):
-        return Decision(NO_LEAK, f"bytes/request below {_b(t_req)} (high end {_b(bpr.high)}) and growth/hour "
-                                 f"below {_b(t_hour)}/h (high end {_b(gph.high)}/h)", "both")
+        return Decision(
+            NO_LEAK,
+            f"bytes/request below {_b(t_req)} (high end {_b(bpr.high)}) and growth/hour "
+            f"below {_b(t_hour)}/h (high end {_b(gph.high)}/h)",
+            "both",
+        )
     return _undecided(cfg, m)
 
 
@@ -251,15 +261,20 @@ def _undecided(cfg: CheckConfig, m: Measures) -> Decision:
         target, more_req, more_min = NO_LEAK, *max((o[1:] for o in options), key=lambda x: x[1])
     else:
         target, more_req, more_min = None, math.inf, math.inf
-    straddle = (f"intervals straddle the thresholds: {_b(m.bpr.low)} .. {_b(m.bpr.high)}/request, "
-                f"{_b(m.gph.low)} .. {_b(m.gph.high)}/h")
+    straddle = (
+        f"intervals straddle the thresholds: {_b(m.bpr.low)} .. {_b(m.bpr.high)}/request, "
+        f"{_b(m.gph.low)} .. {_b(m.gph.high)}/h"
+    )
     traffic = f"{rate:.3g} requests/min" if rate > 0 else "no requests in the later part of the window"
     if target is None or not math.isfinite(more_min):
-        hint = (f"the data so far cannot say how much more would decide ({traffic}); "
-                "widen the window or send more traffic")
+        hint = (
+            f"the data so far cannot say how much more would decide ({traffic}); widen the window or send more traffic"
+        )
         return Decision(INCONCLUSIVE, f"{straddle}; {hint}", "data")
-    hint = (f"if the estimates hold, about {more_req:.0f} more requests (~{more_min:.0f} min at the current "
-            f"{traffic}) would decide {target}")
+    hint = (
+        f"if the estimates hold, about {more_req:.0f} more requests (~{more_min:.0f} min at the current "
+        f"{traffic}) would decide {target}"
+    )
     return Decision(INCONCLUSIVE, f"{straddle}; {hint}", "data", round(more_req), more_min)
 
 
@@ -287,8 +302,14 @@ def format_hours(hours: float | None) -> str:
     return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.0f} d"
 
 
-def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments, warm: np.ndarray,
-                   cfg: CheckConfig, time_compression: float) -> SeriesResult:
+def analyse_series(
+    series: MemorySeries,
+    timeline: Timeline,
+    segments: Segments,
+    warm: np.ndarray,
+    cfg: CheckConfig,
+    time_compression: float,
+) -> SeriesResult:
     pos, mem = series.aligned(timeline)
     keep = warm[pos] if len(pos) else np.zeros(0, dtype=bool)
     pos, mem = pos[keep], mem[keep]
@@ -297,8 +318,11 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     current = float(series.values[np.isfinite(series.values)][-1]) if np.isfinite(series.values).any() else None
 
     # Traffic at the end of the window: what forecasts and "how much more" are scaled by.
-    cut = t[int(math.floor(len(t) * (1 - cfg.recent_fraction)))] if len(t) and cfg.recent_fraction < 1 else (
-        t[0] if len(t) else 0.0)
+    cut = (
+        t[int(math.floor(len(t) * (1 - cfg.recent_fraction)))]
+        if len(t) and cfg.recent_fraction < 1
+        else (t[0] if len(t) else 0.0)
+    )
     late = t >= cut
     late_served = _served(req[late], seg[late]) if late.any() else 0.0
     late_wall_s = float(t[late].max() - t[late].min()) if late.sum() > 1 else 0.0
@@ -306,22 +330,49 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     per_prod_hour = per_minute * 60.0 / time_compression
 
     def empty(reason: str, more_requests=None, more_minutes=None) -> SeriesResult:
-        return SeriesResult(series, INCONCLUSIVE, reason, len(pos), served, NAN_INTERVAL, NAN_INTERVAL,
-                            NAN_INTERVAL, current, None, t, req, mem, seg, None, None,
-                            recent_requests_per_hour=per_prod_hour, more_requests=more_requests,
-                            more_minutes=more_minutes)
+        return SeriesResult(
+            series,
+            INCONCLUSIVE,
+            reason,
+            len(pos),
+            served,
+            NAN_INTERVAL,
+            NAN_INTERVAL,
+            NAN_INTERVAL,
+            current,
+            None,
+            t,
+            req,
+            mem,
+            seg,
+            None,
+            None,
+            recent_requests_per_hour=per_prod_hour,
+            more_requests=more_requests,
+            more_minutes=more_minutes,
+        )
 
     if len(pos) < cfg.min_points:
         step_s = float(np.median(np.diff(timeline.t))) if len(timeline) > 1 else math.nan
         minutes = (cfg.min_points - len(pos)) * step_s / 60.0
-        return empty(f"only {len(pos)} post-warm-up points (need {cfg.min_points}): about {minutes:.1f} more "
-                     f"minutes of samples would do; widen the window", None, minutes)
+        return empty(
+            f"only {len(pos)} post-warm-up points (need {cfg.min_points}): about {minutes:.1f} more "
+            f"minutes of samples would do; widen the window",
+            None,
+            minutes,
+        )
     if served < cfg.min_requests:
         need = cfg.min_requests - served
-        at = (f"~{need / per_minute:.0f} min at the current {per_minute:.3g} requests/min" if per_minute > 0
-              else "no requests in the later part of the window")
-        return empty(f"only {served:.0f} requests served after warm-up (need {cfg.min_requests:.0f}): "
-                     f"{need:.0f} more ({at})", need, need / per_minute if per_minute > 0 else None)
+        at = (
+            f"~{need / per_minute:.0f} min at the current {per_minute:.3g} requests/min"
+            if per_minute > 0
+            else "no requests in the later part of the window"
+        )
+        return empty(
+            f"only {served:.0f} requests served after warm-up (need {cfg.min_requests:.0f}): {need:.0f} more ({at})",
+            need,
+            need / per_minute if per_minute > 0 else None,
+        )
 
     request_fit = theil_sen(req, mem, seg, cfg.confidence)
     time_fit = theil_sen(t, mem, seg, cfg.confidence)
@@ -338,9 +389,21 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     recent_gph = recent_time_fit.slope.scaled(3600.0 / time_compression) if recent_time_fit.ok else unknown
     window_minutes = sum(float(t[seg == s_].max() - t[seg == s_].min()) for s_ in np.unique(seg)) / 60.0
     window_prod_h = window_minutes * 60.0 * time_compression / 3600.0
-    decision = _decide(cfg, Measures(bpr, gph, recent, recent_gph, late_served, served, window_minutes,
-                                     per_minute, served / window_prod_h if window_prod_h > 0 else 0.0,
-                                     _range_rate(t, mem, seg, time_compression)))
+    decision = _decide(
+        cfg,
+        Measures(
+            bpr,
+            gph,
+            recent,
+            recent_gph,
+            late_served,
+            served,
+            window_minutes,
+            per_minute,
+            served / window_prod_h if window_prod_h > 0 else 0.0,
+            _range_rate(t, mem, seg, time_compression),
+        ),
+    )
 
     # Time to exhaustion: a per-request leak grows with the traffic it gets, so the forecast uses
     # the recent request rate; otherwise (and for series that do not leak) the growth per hour.
@@ -351,10 +414,29 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
             hours, basis = room / (bpr.estimate * per_prod_hour), "request_rate"
         elif math.isfinite(gph.estimate) and gph.estimate > 0:
             hours, basis = room / gph.estimate, "growth_per_hour"
-    return SeriesResult(series, decision.verdict, decision.reason, len(pos), served, bpr, gph, recent, current,
-                        hours, t, req, mem, seg, request_fit, time_fit, decided_by=decision.decided_by,
-                        exhaustion_basis=basis, recent_requests_per_hour=per_prod_hour,
-                        more_requests=decision.more_requests, more_minutes=decision.more_minutes)
+    return SeriesResult(
+        series,
+        decision.verdict,
+        decision.reason,
+        len(pos),
+        served,
+        bpr,
+        gph,
+        recent,
+        current,
+        hours,
+        t,
+        req,
+        mem,
+        seg,
+        request_fit,
+        time_fit,
+        decided_by=decision.decided_by,
+        exhaustion_basis=basis,
+        recent_requests_per_hour=per_prod_hour,
+        more_requests=decision.more_requests,
+        more_minutes=decision.more_minutes,
+    )
 
 
 def overall(verdicts: list[str]) -> str:
@@ -365,12 +447,21 @@ def overall(verdicts: list[str]) -> str:
     return INCONCLUSIVE
 
 
-def analyse(timeline: Timeline, series: list[MemorySeries], cfg: CheckConfig, *, start: float, end: float,
-            step: float, time_compression: float = 1.0) -> CheckResult:
+def analyse(
+    timeline: Timeline,
+    series: list[MemorySeries],
+    cfg: CheckConfig,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    time_compression: float = 1.0,
+) -> CheckResult:
     """The whole check on collected samples; time-based settings are in production seconds."""
     # A hole shorter than a few query steps is the grid, not missing data.
     segments = segment(timeline, max(cfg.max_gap_seconds / time_compression, 3 * step))
     warm = warmed_up(timeline, segments, cfg.warmup_seconds / time_compression, cfg.warmup_requests)
     results = [analyse_series(s, timeline, segments, warm, cfg, time_compression) for s in series]
-    return CheckResult(overall([r.verdict for r in results]), start, end, step, time_compression, cfg,
-                       timeline, segments, results)
+    return CheckResult(
+        overall([r.verdict for r in results]), start, end, step, time_compression, cfg, timeline, segments, results
+    )

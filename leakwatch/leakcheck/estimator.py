@@ -160,5 +160,6 @@ def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     cap = _wander_bound(parts, estimate)
     low, high = max(low, estimate - cap), min(high, estimate + cap)
     intercepts = tuple((int(s), float(np.median(py - estimate * px))) for s, px, py in parts)
-    return SlopeFit(Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs,
-                    len(parts), intercepts)
+    return SlopeFit(
+        Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs, len(parts), intercepts
+    )

@@ -43,9 +43,11 @@ def stack(tmp_path_factory):
         "lw-verdict-",
         vllm_extra_args=["--middleware", MIDDLEWARE],
         vllm_extra_env={
-            leak_middleware.BYTES_ENV: str(LEAK_BYTES), leak_middleware.PREFIX_ENV: "/v1/completions",
+            leak_middleware.BYTES_ENV: str(LEAK_BYTES),
+            leak_middleware.PREFIX_ENV: "/v1/completions",
             leak_middleware.DEVICE_ENV: "cpu",
-            engine_leak.BYTES_ENV: str(LEAK_BYTES), "PYTHONPATH": engine_leak.pythonpath(plugin_parent),
+            engine_leak.BYTES_ENV: str(LEAK_BYTES),
+            "PYTHONPATH": engine_leak.pythonpath(plugin_parent),
         },
     ) as running:
         for i in range(12):  # the exporter's warm-up, on the path nothing leaks on
@@ -62,8 +64,11 @@ def chat(stack, i: int, leak_in: str | None) -> None:
 
 
 def completion(stack, i: int) -> None:
-    requests.post(f"{stack.vllm_url}/v1/completions", timeout=300,
-                  json={"model": stack.model, "prompt": f"verdict {i}", "max_tokens": 4}).raise_for_status()
+    requests.post(
+        f"{stack.vllm_url}/v1/completions",
+        timeout=300,
+        json={"model": stack.model, "prompt": f"verdict {i}", "max_tokens": 4},
+    ).raise_for_status()
 
 
 def bursty_phase(stack, send) -> tuple[float, float, int]:
