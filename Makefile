@@ -84,9 +84,14 @@ bench: setup-dev  ## run every benchmark and print their summary lines
 bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, beside loading it whole
 	@$(PY) benchmarks/convert_xglm.py
 
-.PHONY: bench-drill
-bench-drill: setup-dev  ## one accelerated drill: leak start -> alert, alert -> recovered baseline, estimate error
-	@$(LEAKWATCH) drill
+.PHONY: bench-drill bench-drill-loaded
+# LOAD=1: the loaded variant, two busy processes beside the stack (the figures must stay honest).
+DRILL_CPU_HOGS := $(if $(filter-out 0,$(LOAD)),2,0)
+bench-drill: setup-dev  ## one accelerated drill: alert (self-checked), recovery by phase, estimate error; LOAD=1 beside a CPU hog
+	@$(LEAKWATCH) drill --cpu-hogs $(DRILL_CPU_HOGS)
+
+bench-drill-loaded: setup-dev  ## bench-drill with two busy processes beside the stack
+	@$(MAKE) --no-print-directory bench-drill LOAD=1
 
 .PHONY: bench-exporter
 bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter

@@ -142,6 +142,8 @@ def pytest_collection_modifyitems(items):
 
     items.sort(key=rank)
     for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue  # a module with a stack of its own (its own group) runs beside the shared one
         if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group("native_stack"))
 
