@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Docker API through the socket proxy (default http://docker-socket-proxy:2375)")
     parser.add_argument("--container-label", default=VLLM_CONTAINER_LABEL, metavar="KEY=VALUE",
                         help=f"label of the vLLM container (default {VLLM_CONTAINER_LABEL})")
+    parser.add_argument("--compose-project", default="leakwatch", metavar="NAME",
+                        help="compose project whose vLLM container is restarted (default leakwatch)")
     parser.add_argument("--vllm-url", default=None, metavar="URL",
                         help="vLLM's base URL for /metrics and /health (default: the stack's vLLM)")
     parser.add_argument("--state-file", default=None, metavar="FILE",
@@ -63,7 +65,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
     if args.restarter == "docker":
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
-        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout)
+        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout, args.compose_project)
     else:
         restarter = SupervisorRestarter(Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
                                         args.program)
