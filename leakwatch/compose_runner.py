@@ -86,9 +86,10 @@ def read_env_file(path=ENV_FILE) -> dict[str, str]:
     return values
 
 
-def _compose(*args: str, model: str | None = None) -> list[str]:
+def _compose(*args: str, model: str | None = None, extra_files: tuple = ()) -> list[str]:
     profile_args = ["--profile", model] if model else ["--profile", "*"]
     files = ["-f", str(COMPOSE_FILE), *(["-f", str(LOCAL_OVERRIDE)] if local_images_selected() else [])]
+    files += [arg for path in extra_files for arg in ("-f", str(path))]  # e.g. the drill's override
     return [*compose_command(), *files, "--project-directory", str(REPO_ROOT), *profile_args, *args]
 
 
@@ -123,7 +124,7 @@ def ensure_healer_token() -> None:
     ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
 
 
-def up(model: str, out=sys.stdout) -> None:
+def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
     profile = model_profiles.load(model)
     local = local_images_selected()
     if not local:
@@ -136,7 +137,7 @@ def up(model: str, out=sys.stdout) -> None:
         print("compose: building the local image set where its inputs changed (IMAGES=local)", file=out, flush=True)
         local_images.ensure(out=out)
     try:
-        _run(_compose("up", "-d", "--wait", model=profile.name), check=True)
+        _run(_compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files), check=True)
     except subprocess.CalledProcessError:
         raise LeakwatchError("docker compose up did not get every service healthy; see `make status` and "
                              "`make logs`") from None

@@ -51,6 +51,18 @@ class ComposeStack:
     env: dict[str, str]
     http: StackHTTP
     up_output: str = ""
+    drill_override: object = None   # the drill's compose override once a test put it in place
+
+    def up_with(self, *extra_files, timeout: float = MAKE_TIMEOUT_S) -> str:
+        """`leakwatch stack up` through the compose runner with extra override files on top."""
+        code = ("import sys; from leakwatch import compose_runner; "
+                "compose_runner.up('demo', extra_files=tuple(sys.argv[1:]))")
+        result = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", code, *map(str, extra_files)],
+                                cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise AssertionError(f"compose up with {extra_files} exited {result.returncode}:\n"
+                                 f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        return result.stdout
 
     def make(self, *targets: str, timeout: float = MAKE_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(["make", "--no-print-directory", *targets, "STACK=compose", "MODEL=demo", "IMAGES=local"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 
 import pytest
@@ -15,6 +16,9 @@ from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
 
+from leakwatch.drill import plan as drill_plan
+from leakwatch.drill.compose_backend import write_override
+
 from .compose_stack import ComposeStack, StackHTTP, stack_env
 from .conftest import stack_port_env
 
@@ -22,6 +26,10 @@ pytestmark = [pytest.mark.stack, pytest.mark.compose, pytest.mark.slow]
 
 VLLM = "vllm-demo"
 SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, "leakwatch-exporter-demo", "healer", PROXY_HOST]
+DRILL = drill_plan.load()
+# The vLLM container's memory use (cgroup v1 or v2), read inside it.
+CGROUP_USAGE = ("import pathlib; p = pathlib.Path('/sys/fs/cgroup/memory/memory.usage_in_bytes'); "
+                "p = p if p.exists() else pathlib.Path('/sys/fs/cgroup/memory.current'); print(p.read_text())")
 PROXY = f"http://{PROXY_HOST}:{load_settings().service('docker_socket_proxy').default_port}"
 
 
@@ -30,6 +38,8 @@ def compose_stack(docker_engine):
     ports = stack_port_env()
     stack = ComposeStack(docker_engine, stack_env(docker_engine, ports), StackHTTP(ports))
     stack.make("down", check=False)  # whatever an interrupted earlier run left behind
+    # An earlier run's restart would put this run's inside the healer's cooldown.
+    stack.docker("volume", "rm", "-f", f"{PROJECT}_healer-data", check=False)
     began = time.monotonic()
     result = stack.make("up")
     stack.up_output = result.stdout
@@ -178,41 +188,9 @@ def restart_events(stack: ComposeStack, since: float) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def test_alertmanager_calls_the_healer_which_restarts_vllm_through_the_proxy_once(compose_stack):
-    """A remediation alert posted to Alertmanager's API (the leak alert's labels; the leak itself
-    is the drill's job) -> Alertmanager's webhook with the token -> the healer drains and restarts
-    vLLM through HAProxy. Proven from Docker: one restart event and a new start time for vLLM only."""
-    from leakwatch.heal import config as healer_config
-
-    remediation = healer_config.load()
-    before = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
-    since = time.time() - 1
-    alert = {"labels": {"alertname": "HostMemoryLeak", "severity": "critical", "job": "leakwatch_exporter",
-                        "instance": "leakwatch-exporter:9405", remediation.label_name: remediation.label_value},
-             "annotations": {"summary": "compose e2e: remediation path"}}
-    for _ in range(3):  # repeats of the same alert: still one restart
-        assert compose_stack.http.post("alertmanager", "/api/v2/alerts", [alert]).status_code == 200
-
-    def restarted():
-        return compose_stack.inspect(VLLM)["State"]["StartedAt"] != before[VLLM]
-
-    compose_stack.wait_for("the healer to restart vLLM", restarted, timeout=300)
-    compose_stack.wait_for("vLLM healthy again",
-                           lambda: compose_stack.inspect(VLLM)["State"].get("Health", {}).get("Status") == "healthy",
-                           timeout=600, interval=5)
-    time.sleep(20)  # Alertmanager keeps notifying while the alert fires: no second restart may follow
-    events = restart_events(compose_stack, since)
-    assert [e["Actor"]["Attributes"]["name"] for e in events] == [compose_stack.container(VLLM)], events
-    after = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
-    changed = {s for s in SERVICES if after[s] != before[s]}
-    # The exporter lives in vLLM's PID namespace: Docker restarts it with vLLM's new namespace.
-    assert changed <= {VLLM, "leakwatch-exporter-demo"} and VLLM in changed, changed
-    healer = compose_stack.wait_for("the healer's metrics", lambda: compose_stack.exec_in(
-        "healer", "import urllib.request; print(urllib.request.urlopen('http://localhost:9406/metrics').read().decode())"))
-    assert 'leakwatch_healer_restarts_total{result="success"} 1.0' in healer, healer[-1500:]
-
-
-def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(compose_stack):
+def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(compose_stack, tmp_path_factory):
+    """`make down`, then up again, this time with the drill's override (leak middleware in vLLM,
+    time-compressed rules) for the next test: Prometheus's history from before is still there."""
     first_sample = compose_stack.http.prom_query('min_over_time(timestamp(up{job="prometheus"})[1h:15s])')
     assert first_sample, "Prometheus has no history yet"
     oldest = float(first_sample[0]["value"][1])
@@ -221,12 +199,92 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
     assert compose_stack.project_objects("networks") == []
     volumes = compose_stack.project_objects("volumes")
     assert f"{PROJECT}_prometheus-data" in volumes, volumes
+    compose_stack.drill_override = write_override(tmp_path_factory.mktemp("compose-drill"), "demo",
+                                                  DRILL.time_compression, DRILL.scrape_interval_s,
+                                                  DRILL.bytes_per_request)
     second_up = time.time()
-    compose_stack.make("up")
+    compose_stack.up_with(compose_stack.drill_override)
     assert oldest < second_up - 30
 
     def history():
-        result = compose_stack.http.prom_query('min_over_time(timestamp(up{job="prometheus"})[2h:15s])')
+        result = compose_stack.http.prom_query('min_over_time(timestamp(up{job="prometheus"})[2h:2s])')
         return result and float(result[0]["value"][1]) <= oldest + 15
 
     compose_stack.wait_for("Prometheus to serve the history from before `make down`", history, timeout=180)
+
+
+def api_server_memory(stack: ComposeStack) -> float | None:
+    result = stack.http.prom_query('sum(leakwatch_process_resident_memory_bytes{role="api_server"})')
+    return float(result[0]["value"][1]) if result else None
+
+
+def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_proxy_once(compose_stack):
+    """The drill's middleware keeps bytes per /v1/completions request in vLLM's API server; the
+    time-compressed rules fire HostMemoryLeak and its remediation twin, Alertmanager calls the
+    healer with its token, the healer restarts vLLM through HAProxy. Proven from Docker: one
+    restart event for the vLLM container and no other container restarted by it."""
+    import requests
+
+    assert getattr(compose_stack, "drill_override", None), "needs the drill stack of the test before"
+    vllm_url = compose_stack.http.url("vllm")
+    for i in range(DRILL.warmup_requests):
+        requests.post(vllm_url + "/v1/chat/completions", timeout=120, json={
+            "model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]}).raise_for_status()
+    compose_stack.wait_for("the exporter's baseline", lambda: compose_stack.http.prom_query(
+        "max(leakwatch_baseline_ready) == 1"), timeout=240)
+    baseline = compose_stack.wait_for("the API server's memory", lambda: api_server_memory(compose_stack), timeout=60)
+    # A container-like limit: the twin alert rates the growth against the container's headroom.
+    limit = int(float(compose_stack.exec_in(VLLM, CGROUP_USAGE))) + DRILL.cgroup_headroom_bytes
+    compose_stack.docker("update", "--memory", str(limit), "--memory-swap", str(limit), compose_stack.container(VLLM))
+
+    before = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
+    since = time.time() - 1
+    stop = threading.Event()
+
+    def leak_traffic():
+        i = 0
+        while not stop.is_set():
+            try:
+                requests.post(vllm_url + "/v1/completions", timeout=60,
+                              json={"model": "demo", "prompt": f"leak {i}", "max_tokens": 8})
+            except requests.RequestException:
+                pass  # the restart
+            i += 1
+            stop.wait(1.0)
+
+    traffic = threading.Thread(target=leak_traffic, daemon=True)
+    traffic.start()
+    leak_start = time.time()
+    try:
+        compose_stack.wait_for("HostMemoryLeak firing", lambda: compose_stack.http.prom_query(
+            'ALERTS{alertname="HostMemoryLeak", alertstate="firing"}'), timeout=420, interval=2)
+        alert_s = time.time() - leak_start
+        compose_stack.wait_for("the healer to restart vLLM",
+                               lambda: compose_stack.inspect(VLLM)["State"]["StartedAt"] != before[VLLM],
+                               timeout=420, interval=2)
+        restart_s = time.time() - leak_start
+    finally:
+        stop.set()
+        traffic.join(timeout=90)
+    print(f"compose e2e: HostMemoryLeak after {alert_s:.0f}s, vLLM restarted {restart_s:.0f}s into the leak")
+    compose_stack.wait_for("vLLM healthy again",
+                           lambda: compose_stack.inspect(VLLM)["State"].get("Health", {}).get("Status") == "healthy",
+                           timeout=600, interval=5)
+    time.sleep(15)  # Alertmanager repeats every 5 s while the alert still fires: no second restart
+    events = restart_events(compose_stack, since)
+    assert [e["Actor"]["Attributes"]["name"] for e in events] == [compose_stack.container(VLLM)], events
+    after = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
+    changed = {s for s in SERVICES if after[s] != before[s]}
+    # The exporter lives in vLLM's PID namespace: it goes down with it and compose's restart policy
+    # brings it back; nothing else moves.
+    assert changed <= {VLLM, "leakwatch-exporter-demo"} and VLLM in changed, changed
+    metrics = compose_stack.exec_in("healer", "import urllib.request; "
+                                    "print(urllib.request.urlopen('http://localhost:9406/metrics').read().decode())")
+    assert 'leakwatch_healer_restarts_total{result="success"} 1.0' in metrics, metrics[-1500:]
+
+    # Memory comes back near its pre-leak level once the new process serves.
+    requests.post(vllm_url + "/v1/chat/completions", timeout=120, json={
+        "model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "after"}]}).raise_for_status()
+    compose_stack.wait_for("API server memory back near its baseline", lambda: (
+        (m := api_server_memory(compose_stack)) is not None and m <= baseline + DRILL.baseline_tolerance_bytes),
+        timeout=300)
