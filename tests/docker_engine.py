@@ -1,7 +1,8 @@
 """A private Docker engine for the compose tests: Debian's dockerd with its own data root, exec root,
 unix socket and pidfile under .stack/docker/, started when no engine answers and stopped by its PID.
 
-The data root persists between runs (it is the image cache: the local image set is rebuilt only when
+dockerd runs in its own mount namespace (shared propagation, as on a systemd host). The data root
+persists between runs (it is the image cache: the local image set is rebuilt only when
 its inputs change). The daemon creates no docker0: `--bridge none` leaves a user's own Docker alone,
 and compose's networks come from a private address pool. Builds use the host network.
 """
@@ -101,8 +102,11 @@ def start(compose_binary: str, timeout_s: float = 120) -> Engine:
     STATE.mkdir(parents=True, exist_ok=True)
     socket.unlink(missing_ok=True)
     log = open(STATE / "dockerd.log", "ab")
+    # Its own mount namespace with shared propagation: compose's `rslave` bind of / (node exporter)
+    # needs a shared root, which a container host often lacks; the host's mounts stay untouched.
+    namespace = ["unshare", "--mount", "--propagation", "shared", "--"] if shutil.which("unshare") else []
     proc = subprocess.Popen(
-        ["dockerd", "--data-root", str(STATE / "data"), "--exec-root", str(STATE / "exec"),
+        [*namespace, "dockerd", "--data-root", str(STATE / "data"), "--exec-root", str(STATE / "exec"),
          "--host", host, "--pidfile", str(STATE / "docker.pid"), "--bridge", "none",
          "--default-address-pool", ADDRESS_POOL, "--log-level", "warn"],
         stdout=log, stderr=log, start_new_session=True)
