@@ -99,7 +99,9 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
             **model_profiles.vllm_environment(profile),
             "HF_TOKEN": "${HF_TOKEN:-}",
         },
-        "volumes": ["hf-cache:/root/.cache/huggingface", f"models:{MODELS_DIR}"],
+        # vLLM's torch.compile cache: a restart (the healer's, `make up` again) reuses the compiled
+        # graphs instead of compiling for minutes again.
+        "volumes": ["hf-cache:/root/.cache/huggingface", f"models:{MODELS_DIR}", "vllm-cache:/root/.cache/vllm"],
         "ports": [_port(settings, "vllm")],
         # PyTorch shares tensors between vLLM's processes through /dev/shm.
         "ipc": "host",
@@ -252,8 +254,8 @@ def compose_document(settings: StackSettings | None = None) -> dict:
         "secrets": compose_healer.secrets(),
         "volumes": {
             name: {}
-            for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "models", "leakwatch-state",
-                         "healer-data")
+            for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "vllm-cache", "models",
+                         "leakwatch-state", "healer-data")
         },
     }
 
