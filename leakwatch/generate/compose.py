@@ -106,7 +106,9 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
         # PyTorch shares tensors between vLLM's processes through /dev/shm.
         "ipc": "host",
         "networks": {"default": {"aliases": ["vllm"]}},
-        "healthcheck": {**_http_check(f"http://localhost:{port}/health", tool="python"), "start_period": "600s"},
+        # Loading (and on CPU, torch.compile) can take over 10 min on a busy host: failed checks in
+        # this window do not count; the first passing one makes it healthy at once.
+        "healthcheck": {**_http_check(f"http://localhost:{port}/health", tool="python"), "start_period": "1200s"},
         "restart": "unless-stopped",
     }
     if profile.needs_gpu:
