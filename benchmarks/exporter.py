@@ -118,7 +118,7 @@ def exporters(vllm_url: str):
                     break
                 except requests.RequestException:
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(f"{name} did not start")
+                        raise SystemExit(f"{name} did not start") from None
                     time.sleep(0.2)
             targets[name] = (url, proc.pid)
         yield targets

@@ -8,8 +8,11 @@ WORKDIR /opt/leakwatch
 # The package reads config/ (stack.yaml, the metric contract) next to itself: install in place.
 COPY pyproject.toml README.md ./
 COPY config ./config
+# The model profiles: the Helm chart runs leakwatch.demo_model from this copy.
+COPY serving/profiles ./serving/profiles
 COPY leakwatch ./leakwatch
-RUN pip install -e ".[gpu]"
+# gpu: NVML for the exporter; k8s: the Kubernetes client for the healer on Kubernetes.
+RUN pip install -e ".[gpu,k8s]"
 
 # Root, like vLLM in its container: reading another process's smaps_rollup needs the same user and
 # no fewer capabilities (the kernel's ptrace-read check). compose runs it read-only.

@@ -54,7 +54,7 @@ def metric_names(expr: str) -> set[str]:
 def load_csv(path: Path) -> dict[str, dict]:
     """A metric list file: `metric, type, help[, labels]` rows; '#' starts a comment line.
 
-    Help texts hold no commas; labels are space-separated."""
+    A help text with commas is quoted (csv); labels are space-separated."""
     rows = {}
     with open(path, newline="") as fh:
         for row in csv.reader(line for line in fh if line.strip() and not line.lstrip().startswith("#")):
@@ -77,12 +77,33 @@ def loadgen_metrics() -> dict[str, dict]:
     return load_csv(METRICS_DIR / "loadgen.csv")
 
 
+def vllm_metrics() -> dict[str, dict]:
+    """What vLLM's /metrics emits, recorded from the real server (`leakwatch metrics-record`)."""
+    return load_csv(METRICS_DIR / "vllm.csv")
+
+
+def node_exporter_metrics() -> dict[str, dict]:
+    """What node exporter emits, recorded from the real server (`leakwatch metrics-record`)."""
+    return load_csv(METRICS_DIR / "node-exporter.csv")
+
+
+def static_catalogue() -> set[str]:
+    """Every series name a query may use, from the committed metric lists alone (no stack): each
+    exporter's list, the recording rules' outputs and the series Prometheus makes itself."""
+    names: set[str] = set()
+    for path in sorted(METRICS_DIR.glob("*.csv")):
+        names |= sample_names(load_csv(path))
+    return names | recorded_names() | PROMETHEUS_SYNTHETIC
+
+
 def sample_names(contract: dict[str, dict]) -> set[str]:
     """The sample names a metric list exposes (a histogram as its _bucket, _sum and _count)."""
     names = set()
     for name, row in contract.items():
         if row["type"] == "histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+        elif row["type"] == "summary":
+            names |= {name, f"{name}_sum", f"{name}_count"}
         else:
             names.add(name)
     return names
@@ -100,7 +121,9 @@ def exposed_names(text: str) -> set[str]:
 
 
 def scrape_names(url: str, timeout: float = 10.0) -> set[str]:
-    resp = requests.get(url, timeout=timeout)
+    from . import webauth
+
+    resp = requests.get(url, timeout=timeout, auth=webauth.auth_for(url))
     resp.raise_for_status()
     return exposed_names(resp.text)
 
@@ -118,7 +141,7 @@ def recorded_names(rules_dir: Path | None = None) -> set[str]:
 
     from .paths import RULES_DIR
 
-    names = set()
+    names: set[str] = set()
     for path in sorted((rules_dir or RULES_DIR).glob("*.yml")):
         for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
             names.update(rule["record"] for rule in group.get("rules", []) if "record" in rule)

@@ -22,6 +22,7 @@ COMMANDS = {
     "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
     "dashboards": ("leakwatch.dashboards.command", "validate the Grafana dashboards or check their queries against a Prometheus"),
     "backtest": ("leakwatch.backtest.command", "evaluate alert rules over a multi-day history (would they have caught it?)"),
+    "metrics-record": ("leakwatch.metrics_record", "record (or --check) config/metrics/ for vLLM and node exporter from the real servers"),
 }
 
 

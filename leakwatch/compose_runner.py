@@ -122,6 +122,11 @@ def ensure_healer_token() -> None:
     from .heal.token import ensure_file
 
     ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
+    # Prometheus's and Alertmanager's basic auth; readable by the containers' users, like the token.
+    from . import webauth
+    from .generate.compose_webauth import SECRETS_DIR
+
+    webauth.ensure(REPO_ROOT / SECRETS_DIR, mode=0o644)
 
 
 def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:

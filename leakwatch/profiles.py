@@ -11,7 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import yaml
 
@@ -276,7 +277,7 @@ def validate(raw, path: Path) -> Profile:
         raise LeakwatchError(f"{path}: missing required key 'name'")
     if name != path.stem:
         raise LeakwatchError(f"{path}: name {name!r} must match the file name {path.stem!r}")
-    sections = {}
+    sections: dict[str, Any] = {}
     for section, schema in SCHEMA.items():
         if section not in raw:
             if section in OPTIONAL_SECTIONS:

@@ -6,6 +6,7 @@ import time
 
 import requests
 
+from . import webauth
 from .errors import LeakwatchError
 
 
@@ -14,10 +15,12 @@ class PrometheusError(LeakwatchError):
 
 
 class Prometheus:
-    def __init__(self, base_url: str, timeout: float = 30.0):
+    def __init__(self, base_url: str, timeout: float = 30.0, auth: tuple[str, str] | None = None):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        # Our stacks' Prometheus asks for basic auth (leakwatch/webauth.py); found, not configured.
+        self.session.auth = auth or webauth.auth_for(self.base_url)
 
     def _get(self, path: str, **params):
         url = f"{self.base_url}{path}"
@@ -34,7 +37,7 @@ class Prometheus:
         return body["data"]
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr}
+        params: dict[str, str | float] = {"query": expr}
         if at is not None:
             params["time"] = at
         return self._get("/api/v1/query", **params)["result"]

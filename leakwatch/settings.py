@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -68,7 +68,7 @@ def _format(value, variables: dict):
     return value.format(**variables) if isinstance(value, str) else value
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(path: Path = STACK_FILE) -> StackSettings:
     try:
         raw = yaml.safe_load(Path(path).read_text())

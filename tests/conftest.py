@@ -29,9 +29,20 @@ def stack_port_env() -> dict[str, str]:
     return {svc.port_env: str(free_port()) for svc in load_settings().services.values()}
 
 
+_state_dirs: list[Path] = []
+
+
 def short_state_dir(prefix: str) -> Path:
-    # supervisord's unix socket path must stay under ~100 characters: keep it in /tmp.
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    # supervisord's unix socket path must stay under ~100 characters: keep it in /tmp. Removed at the end
+    # of the session (pytest_sessionfinish), whoever made it, so a run leaves no /tmp/lw-* behind.
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    _state_dirs.append(path)
+    return path
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for path in _state_dirs:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -137,7 +148,44 @@ def docker_engine():
 
 def pytest_collection_modifyitems(items):
     """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
-    keep their order (the sort is stable)."""
+    keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
+    test goes to one worker, in this order, so the session's native stack starts once and no two vLLMs
+    compete for the cores; the other worker runs the unit and integration tiers meanwhile."""
     def rank(item) -> int:
         return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
     items.sort(key=rank)
+    for item in items:
+        if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group("native_stack"))
+
+
+# --- Test tiers --------------------------------------------------------------------------------------
+# `make test-fast` runs `-m "not stack and not integration"`: no test there may start another program.
+# An audit hook enforces it, so a new test that starts promtool, Locust, Chromium or a server without
+# its module's `pytestmark = pytest.mark.integration` fails with a message saying so.
+_SPAWN_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
+_running: list[pytest.Item] = []
+
+
+def _tier_audit(event: str, args: tuple) -> None:
+    if event not in _SPAWN_EVENTS or not _running:
+        return
+    item = _running[-1]
+    if item.get_closest_marker("integration") or item.get_closest_marker("stack"):
+        return
+    program = args[1] if event == "subprocess.Popen" else args[0] if args else "?"
+    raise RuntimeError(
+        f"{item.nodeid} starts another program ({event}: {program!r}), so it belongs to the integration tier: "
+        "add `pytestmark = pytest.mark.integration` to its module (see [tool.pytest.ini_options] markers)")
+
+
+sys.addaudithook(_tier_audit)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()

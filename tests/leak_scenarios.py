@@ -28,7 +28,7 @@ class Scenario:
         return [MemorySeries(f"host/{role}", "host", {"role": role}, "synthetic", self.t, values, headroom)
                 for role, values in self.memory.items()]
 
-    def drop(self, start: float, end: float) -> "Scenario":
+    def drop(self, start: float, end: float) -> Scenario:
         """A hole in the data (Prometheus down, scrape failures) between two times."""
         keep = (self.t < start) | (self.t >= end)
         return Scenario(self.t[keep], self.requests[keep], self.start_time[keep],

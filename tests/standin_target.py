@@ -1,5 +1,6 @@
 """A stand-in restart target for the healer's input tests: answers /health and vLLM's in-flight
-gauges like vLLM does, and starts in a blink. The end-to-end drill restarts the real vLLM."""
+gauges like vLLM does, and starts in a blink (argv: port [file to append its PID to on each start]).
+The end-to-end drill restarts the real vLLM."""
 
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -18,4 +19,10 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+if len(sys.argv) > 2:
+    # Every start appends this process's PID: tests count restarts from the target, not the healer's word.
+    import os
+
+    with open(sys.argv[2], "a") as fh:
+        fh.write(f"{os.getpid()}\n")
 HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

@@ -28,17 +28,20 @@ def run(*cmd: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
 
 
+@pytest.mark.integration
 def test_rule_files_pass_promtool_check():
     result = run("promtool", "check", "rules", *map(str, RULE_FILES), str(REFERENCE_RULES))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_promtool_unit_tests_pass():
     assert TEST_FILES, "no promtool unit tests found"
     result = run("promtool", "test", "rules", *map(str, TEST_FILES))
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_promtool_unit_tests_can_fail(tmp_path):
     # The test above must be able to fail: a wrong expectation makes promtool exit non-zero.
     doc = yaml.safe_load((PROMETHEUS_DIR / "tests" / "serving.test.yml").read_text())
@@ -210,6 +213,7 @@ def test_a_time_scale_that_leaves_windows_too_short_is_refused():
 
 
 @pytest.mark.parametrize("time_scale, host_labels", [(0.05, []), (1.0, ["cluster", "node"])])
+@pytest.mark.integration
 def test_drill_and_multi_host_renderings_pass_promtool(tmp_path, time_scale, host_labels):
     from leakwatch.rules.thresholds import ALERTS_FILE
 

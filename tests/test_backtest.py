@@ -28,7 +28,7 @@ RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 
 def test_for_fires_after_the_hold_and_a_gap_restarts_pending():
     # Present at evaluations 0-4, missing at 5, present 6-20; for: 3 steps of 60 s.
-    present = {(("a", "1"),): set(range(0, 5)) | set(range(6, 21))}
+    present = {(("a", "1"),): set(range(5)) | set(range(6, 21))}
     episodes = apply_for(present, for_s=180, start=0, end=1200, step=60)
     assert [(e.pending_at, e.firing_at, e.ended_at) for e in episodes] == [(0, 180, 300), (360, 540, None)]
 
@@ -112,6 +112,7 @@ def _promtool_firing_times(case: dict) -> dict[tuple[str, str], float]:
 
 
 @pytest.mark.parametrize("file_name, group", AGREEMENT_GROUPS, ids=[g for _, g in AGREEMENT_GROUPS])
+@pytest.mark.integration
 def test_backtester_fires_when_promtool_says_so(tmp_path, file_name, group):
     case = next(t for t in yaml.safe_load((PROMETHEUS_DIR / "tests" / file_name).read_text())["tests"] if t["name"] == group)
     interval = parse_duration(case["interval"])
@@ -136,6 +137,7 @@ def test_expand_reads_promtool_notation():
 
 # -- the command ------------------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_backtest_command_on_a_scenario_reports_the_leak_alert(capsys):
     code = cli.main(["backtest", "--scenario", "article_a_vllm", "--days", "0.1", "--json"])
     assert code == 0
@@ -158,6 +160,7 @@ def test_backtest_command_explains_bad_input(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_pulling_raw_series_from_a_prometheus_replays_the_same_alerts(tmp_path):
     """`--prometheus URL`: export the rules' raw series from a live Prometheus (here one serving a
     simulated day), backtest the export, and get the alert times of the original history."""

@@ -8,7 +8,7 @@ import pytest
 
 from leakwatch.backtest import bench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 def test_quick_bench_meets_the_detection_targets(capsys):

@@ -103,6 +103,7 @@ def leakwatch_plan(*args: str):
 
 
 @pytest.mark.parametrize("name", ["janeway-13b-4090d", "iquest-coder-40b-4xa100", "demo"])
+@pytest.mark.integration
 def test_json_output(name):
     result = leakwatch_plan(name, "--json")
     assert result.returncode == 0, result.stderr
@@ -111,6 +112,7 @@ def test_json_output(name):
         assert figures[key] == getattr(plan(name), key)
 
 
+@pytest.mark.integration
 def test_refusal_exits_non_zero_with_its_reason():
     result = leakwatch_plan("janeway-13b-4090d", "--set", "vllm.quantization=null")
     assert result.returncode == 2 and result.stdout == ""
@@ -125,6 +127,7 @@ def test_refusal_exits_non_zero_with_its_reason():
     ("vllm.max_model_len", "expected SECTION.KEY=VALUE"),
     ("vllm.max_model_len=lots", "vllm.max_model_len must be of type int"),
 ])
+@pytest.mark.integration
 def test_bad_overrides_are_named(item, message):
     result = leakwatch_plan("demo", "--set", item)
     assert result.returncode == 2 and message in result.stderr

@@ -13,6 +13,8 @@ from leakwatch.paths import REPO_ROOT
 
 from .compose_support import compose, resolved
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 PINNED_TAG = re.compile(r"^[^\s:@]+(/[^\s:@]+)*(:(?!latest$)[\w][\w.-]{0,127})(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$")
 
 

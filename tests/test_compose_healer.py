@@ -7,11 +7,15 @@ import json
 import re
 import urllib.parse
 
+import pytest
+
 from leakwatch.generate.compose_healer import PROJECT, PROXY_CONFIG_FILE, PROXY_HOST, PROXY_NETWORK, SECRET
 from leakwatch.generate.socket_proxy import CONFIG_PATH, list_query, vllm_container_names
 from leakwatch.settings import load as load_settings
 
 from .compose_support import resolved
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from leakwatch import profiles
 
 from .compose_support import resolved
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 
 def flag(command: list[str], name: str) -> str:

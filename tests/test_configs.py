@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from leakwatch.heal import token as heal_token
 from leakwatch.native.layout import StateLayout
 from leakwatch.native.runner import NativeStack
 from leakwatch.paths import ALERTMANAGER_DIR, PROMETHEUS_DIR
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 
 def run(*cmd):

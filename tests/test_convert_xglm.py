@@ -119,11 +119,11 @@ def test_damaged_output_is_refused_and_kept_until_forced(tmp_path):
         f.seek(weights.stat().st_size // 2)
         f.write(b"\x00\x01\x02\x03")
     damaged = weights.read_bytes()
-    with pytest.raises(LeakwatchError, match="model.safetensors does not match its sha256.*--force"):
+    with pytest.raises(LeakwatchError, match=r"model.safetensors does not match its sha256.*--force"):
         convert(str(src), dst)
     assert weights.read_bytes() == damaged, "a refused run must not touch the folder"
     os.truncate(weights, 100)
-    with pytest.raises(LeakwatchError, match="model.safetensors has 100 bytes"):
+    with pytest.raises(LeakwatchError, match=r"model.safetensors has 100 bytes"):
         convert(str(src), dst, full_verify=False)
     assert convert(str(src), dst, force=True, out=open(os.devnull, "w")) == "converted"
     assert convert(str(src), dst, out=open(os.devnull, "w")) == "verified"
@@ -133,15 +133,15 @@ def test_folder_without_manifest_is_refused(tmp_path):
     save(random_xglm(), tmp_path / "src")
     (tmp_path / "opt").mkdir()
     (tmp_path / "opt" / "model.safetensors").write_bytes(b"half a file")
-    with pytest.raises(LeakwatchError, match="no readable leakwatch-conversion.json"):
+    with pytest.raises(LeakwatchError, match=r"no readable leakwatch-conversion.json"):
         convert(str(tmp_path / "src"), tmp_path / "opt")
     assert (tmp_path / "opt" / "model.safetensors").read_bytes() == b"half a file"
 
 
 def test_conversion_of_another_source_is_refused(tmp_path):
-    src, dst = _converted(tmp_path)
+    _src, dst = _converted(tmp_path)
     save(random_xglm(seed=99), tmp_path / "other")
-    with pytest.raises(LeakwatchError, match="it was converted from .*src, not .*other"):
+    with pytest.raises(LeakwatchError, match=r"it was converted from .*src, not .*other"):
         convert(str(tmp_path / "other"), dst)
 
 
@@ -173,7 +173,7 @@ def test_not_an_xglm_checkpoint(tmp_path):
 
     OPTForCausalLM(OPTConfig(hidden_size=64, num_attention_heads=2, ffn_dim=128, num_hidden_layers=1,
                              vocab_size=64, word_embed_proj_dim=64)).save_pretrained(tmp_path / "src")
-    with pytest.raises(LeakwatchError, match="model_type is 'opt', not 'xglm'"):
+    with pytest.raises(LeakwatchError, match=r"model_type is 'opt', not 'xglm'"):
         convert(str(tmp_path / "src"), tmp_path / "opt")
     assert not (tmp_path / "opt").exists()
 
@@ -183,15 +183,16 @@ def test_missing_and_unknown_tensors_are_named(tmp_path):
     state = {k: v for k, v in model.state_dict().items() if k != "model.layers.1.fc2.bias"}
     model.config.save_pretrained(tmp_path / "a")
     torch.save(state, tmp_path / "a" / "pytorch_model.bin")
-    with pytest.raises(LeakwatchError, match="lacks 1 tensors XGLM needs, e.g. model.layers.1.fc2.bias"):
+    with pytest.raises(LeakwatchError, match=r"lacks 1 tensors XGLM needs, e.g. model.layers.1.fc2.bias"):
         convert(str(tmp_path / "a"), tmp_path / "opt")
     state = {**model.state_dict(), "model.layers.0.adapter.weight": torch.zeros(2)}
     model.config.save_pretrained(tmp_path / "b")
     torch.save(state, tmp_path / "b" / "pytorch_model.bin")
-    with pytest.raises(LeakwatchError, match="does not know, e.g. model.layers.0.adapter.weight"):
+    with pytest.raises(LeakwatchError, match=r"does not know, e.g. model.layers.0.adapter.weight"):
         convert(str(tmp_path / "b"), tmp_path / "opt")
 
 
+@pytest.mark.integration
 def test_command_line_exit_codes(tmp_path):
     save(random_xglm(), tmp_path / "src")
     cli = [str(VENV_BIN / "leakwatch"), "convert-xglm", str(tmp_path / "src"), str(tmp_path / "opt")]

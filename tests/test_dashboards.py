@@ -107,6 +107,7 @@ def test_grid_has_no_overlaps_and_no_gaps_beside_panels(board):
         assert all(width == 24 for width in lines.values()), (row, lines)
 
 
+@pytest.mark.integration
 def test_every_query_parses_with_promtool(tmp_path):
     """promtool (the real Prometheus parser) checks each query as a recording rule, with Grafana's
     variables replaced the way Grafana sends them."""
@@ -126,6 +127,7 @@ def test_every_query_parses_with_promtool(tmp_path):
     assert len(rules) > 100
 
 
+@pytest.mark.integration
 def test_promtool_check_can_fail(tmp_path):
     path = tmp_path / "bad.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "x", "expr": "sum(rate(x[5m])"}]}]}))

@@ -45,6 +45,7 @@ def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
     assert AM["route"]["group_wait"] == "30s"         # the production document is left alone
 
 
+@pytest.mark.integration
 def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
     out = plan.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
     watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
@@ -77,6 +78,7 @@ def test_drill_settings_are_consistent():
     assert cfg.bytes_per_request > 0 and cfg.cgroup_headroom_bytes > 100 * cfg.bytes_per_request
 
 
+@pytest.mark.integration
 def test_memory_cgroup_limits_a_real_process():
     group = MemoryCgroup.create(f"leakwatch-test-{os.getpid()}")
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)

@@ -17,6 +17,8 @@ from leakwatch.paths import PROMETHEUS_DIR
 
 from .compose_support import resolved
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 # The provisioning subfolders Grafana reads, by what they hold.
 KINDS = {"datasources": "datasources", "providers": "dashboards"}
 

@@ -19,6 +19,8 @@ from leakwatch.heal.token import TOKEN_ENV, ensure_file
 from .conftest import environ
 from .healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 
 @pytest.fixture(scope="module")
 def target():
@@ -81,7 +83,9 @@ def test_token_file_is_created_private_and_kept(tmp_path):
 
 # -- refusals ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()])
+# Fixed ids: the token is random per process, and xdist workers must collect the same test names.
+@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()],
+                         ids=["none", "empty", "wrong", "truncated", "extended", "upper-cased"])
 def test_missing_or_wrong_token_is_401(healer, token):
     url, _ = healer
     resp = post(url, notification(alert()), token=token)
@@ -106,7 +110,7 @@ def test_huge_bodies_are_413_without_being_read(healer):
     with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
         sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                      f"Content-Type: application/json\r\nContent-Length: {10**9}\r\n\r\n".encode())
-        assert sock.recv(4096).startswith(b"HTTP/1.0 413")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 413")
     assert metric(url, "leakwatch_healer_notifications_total", outcome="too_large") == 2
     no_action(url)
 
@@ -117,7 +121,7 @@ def test_bodies_without_length_or_json_type_are_refused(healer):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode())
-        assert sock.recv(4096).startswith(b"HTTP/1.0 411")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 411")
     assert post(url, notification(alert()), headers={"Content-Type": "text/plain"}).status_code == 415
     no_action(url)
 
@@ -182,7 +186,7 @@ def test_a_remediation_alert_drains_and_restarts_once(target, tmp_path):
     """Valid alert -> 202 and one restart; Alertmanager's repeats of it -> no second restart; a new
     episode inside the cooldown -> none either; an alert that began before the restart -> handled."""
     before = target.pid()
-    with running_healer(target, state_file=tmp_path / "state.json") as (url, healer):
+    with running_healer(target, state_file=tmp_path / "state.json") as (url, _healer):
         first = alert(starts_at=time.time() - 120)
         resp = post(url, notification(first))
         assert resp.status_code == 202, resp.text

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from .healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 EXAMPLES = 1500
 FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

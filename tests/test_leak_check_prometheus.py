@@ -17,6 +17,8 @@ from leakwatch.leakcheck.collect import all_queries
 from .leak_scenarios import MB, Scenario, make, to_openmetrics
 from .prom_backfill import backfilled_prometheus
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 STEP = 15.0
 HOURS = 6.0
 # Two histories side by side in one TSDB: a leaking server, then (after a gap) a healthy one.

@@ -145,6 +145,7 @@ def test_client_settings():
 
 
 @pytest.mark.parametrize("name", GPU_PROFILES)
+@pytest.mark.integration
 def test_native_runner_refuses_gpu_profiles(name):
     prof = profiles.load(name)
     state = short_state_dir("lw-gpu-")

@@ -19,6 +19,8 @@ from leakwatch.cli import main
 from .leak_scenarios import MB, make, to_openmetrics
 from .prom_backfill import backfilled_prometheus
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 END = float(int(time.time() // 3600 * 3600) - 3600)
 DAY = 86400.0
 SCENARIO = make(hours=24, step=60, requests_per_s=1000 / 86400, bytes_per_request=6 * MB, noise=20 * MB, ar=0.5,

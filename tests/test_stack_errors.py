@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from leakwatch import profiles
-from leakwatch.native.ports import free_port
 from leakwatch.paths import REPO_ROOT
 
 from .conftest import VENV_BIN, short_state_dir, stack_port_env
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 
 def leakwatch(*args, env=None, timeout=120):

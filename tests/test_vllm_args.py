@@ -9,6 +9,8 @@ import pytest
 from leakwatch import profiles
 from leakwatch.errors import LeakwatchError
 
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
+
 
 @pytest.fixture(scope="module")
 def vllm_parser():

@@ -46,7 +46,7 @@ class Outcome:
     def origin(self) -> float:
         return self.history.leak_start or self.history.start
 
-    def first(self, side: str, exclude: set[str] = frozenset()) -> tuple[float, str] | None:
+    def first(self, side: str, exclude: frozenset[str] | set[str] = frozenset()) -> tuple[float, str] | None:
         """(seconds after the leak start, alert) of the first alert firing at or after it."""
         found = [
             (e.firing_at - self.origin, r.rule.key)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ours = outcome.first(OURS)
         print(f"{name} ({outcome.wall_s:.0f}s): {scenario.title}")
         line = f"  ours:     {_fmt(ours)}"
-        used = outcome.headroom_used(ours[0]) if ours and any(l.target == "gpu" for l in scenario.leaks) else None
+        used = outcome.headroom_used(ours[0]) if ours and any(leak.target == "gpu" for leak in scenario.leaks) else None
         if used is not None:
             line += f" ({used:.0%} of the GPU headroom used)"
         if outcome.early(OURS):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from ..errors import LeakwatchError
 
@@ -102,7 +102,7 @@ def split_file(source: Path, sink: BlockFiles) -> None:
     millisecond timestamps) into per-block files. Comment lines are dropped: types do not matter
     to PromQL, and promtool wants each file to stand on its own."""
     try:
-        fh = open(source, errors="strict")
+        fh = open(source, errors="strict")  # noqa: SIM115 - closed by the `with fh` below, outside the try
     except OSError as exc:
         raise LeakwatchError(f"cannot read {source}: {exc}") from None
     with fh:

@@ -74,7 +74,7 @@ def from_openmetrics(path: Path, workdir: Path) -> History:
 def rule_inputs(rule_files: list[Path]) -> set[str]:
     """The raw metric names the rules read (recorded series are recomputed, not pulled)."""
     recording, alerting = load_rules(rule_files)
-    names = set()
+    names: set[str] = set()
     for rule in (*recording, *alerting):
         names |= metric_names(rule.expr)
     return names - {r.name for r in recording}

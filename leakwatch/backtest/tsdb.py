@@ -98,7 +98,7 @@ class TSDBServer:
         except OSError:
             return ""
 
-    def __enter__(self) -> "TSDBServer":
+    def __enter__(self) -> TSDBServer:
         return self
 
     def __exit__(self, *exc) -> None:

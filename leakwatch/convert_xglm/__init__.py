@@ -54,7 +54,7 @@ def resolve_source(src: str, revision: str | None) -> tuple[Path, dict]:
         names = list_repo_files(src, revision=revision)
         weights = ["*.safetensors"] if any(n.endswith(".safetensors") for n in names) else ["*.bin"]
         folder = snapshot_download(src, revision=revision, allow_patterns=["*.json", "*.txt", "*.model", *weights])
-    except Exception as exc:  # offline, unknown repo, gated without HF_TOKEN, disk full
+    except Exception as exc:  # noqa: BLE001 - offline, unknown repo, gated without HF_TOKEN, disk full
         raise LeakwatchError(
             f"cannot download {src}@{revision or 'main'}: {type(exc).__name__}: {exc} "
             "(a gated repo needs HF_TOKEN; HF_HUB_OFFLINE=1 forbids downloads)"

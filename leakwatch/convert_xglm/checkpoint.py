@@ -13,7 +13,7 @@ import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import LeakwatchError
 
@@ -97,7 +97,7 @@ def _load_bin(path: Path) -> dict:
         print(f"convert-xglm: {path.name} is a legacy .bin; reading it whole (needs its size in RAM)",
               file=sys.stderr)
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle errors, truncated downloads
+    except Exception as exc:  # noqa: BLE001 - pickle errors, truncated downloads
         raise LeakwatchError(f"{path}: cannot read this checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict):
         raise LeakwatchError(f"{path}: expected a state dict of tensors, found {type(state).__name__}")

@@ -118,7 +118,7 @@ def index_source(files: list[Path]) -> SourceIndex:
     for path in files:
         shard = Shard(path)
         try:
-            for key in shard.keys():
+            for key in shard.keys():  # noqa: SIM118 - a safetensors handle, not a dict
                 location[key], shapes[key], dtypes[key] = path, shard.shape(key), shard.dtype(key)
                 order.append(key)
         finally:

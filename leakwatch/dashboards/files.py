@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..generate import yamlfmt
 from ..paths import GRAFANA_DIR, REPO_ROOT

@@ -49,7 +49,7 @@ def _sdk_class(value) -> bool:
 def _hints(cls) -> dict:
     try:
         return typing.get_type_hints(cls)
-    except Exception:  # a hint the SDK cannot resolve: fall back to the raw annotations
+    except Exception:  # noqa: BLE001 - a hint the SDK cannot resolve: fall back to the raw annotations
         return dict(getattr(cls, "__annotations__", {}))
 
 
@@ -117,9 +117,9 @@ def _round_trip_problems(original, decoded, path: str, allowed_extra: set[str]) 
         if not isinstance(decoded, list) or len(decoded) != len(original):
             return [f"{path}: list changed when decoded"]
         return [p for i, (a, b) in enumerate(zip(original, decoded)) for p in _round_trip_problems(a, b, f"{path}[{i}]", allowed_extra)]
-    if original != decoded or type(original) is not type(decoded) and not (
+    if original != decoded or (type(original) is not type(decoded) and not (
         isinstance(original, (int, float)) and isinstance(decoded, (int, float))
-    ):
+    )):
         return [f"{path}: {original!r} decoded as {decoded!r}"]
     return []
 

@@ -22,7 +22,7 @@ class MemoryCgroup:
         self.version = version
 
     @classmethod
-    def create(cls, name: str, root: Path = ROOT) -> "MemoryCgroup":
+    def create(cls, name: str, root: Path = ROOT) -> MemoryCgroup:
         """A child of this process's memory cgroup (v1 memory hierarchy, or v2 with the controller)."""
         lines = Path("/proc/self/cgroup").read_text().splitlines()
         candidates = []

@@ -26,7 +26,9 @@ from pathlib import Path
 import psutil
 import requests
 
+from .. import vllm_key, webauth
 from ..errors import LeakwatchError
+from ..loadgen import conventions
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
 from ..leakcheck.analysis import CheckResult
@@ -144,18 +146,21 @@ class Drill:
     def locust(self, api: str, span_s: float, log_name: str) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
                "--config", str(REPO_ROOT / "loadtest" / "locust.conf"), "--headless", "--only-summary",
-               "--host", self.url("vllm"), "--model", "demo", "--api", api,
+               "--host", self.url("vllm"), "--model", "demo", "--client-profile", "demo", "--api", api,
                "--load-shape", "production-day", "--requests-per-day", f"{self.cfg.requests_per_day:g}",
                "--time-compression", f"{self.cfg.time_compression:g}", "--day-length", f"{span_s:.0f}s",
                "--stop-timeout", "10"]
-        log = open(self.state / "logs" / f"{log_name}.log", "w")
+        log = open(self.state / "logs" / f"{log_name}.log", "w")  # noqa: SIM115 - the child owns it
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
                                 env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"})
 
     def warm_up(self) -> None:
+        rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
-            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120, json={
-                "model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]})
+            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120,
+                                 headers=vllm_key.headers_for(self.url("vllm")), json={
+                "model": "demo", "max_tokens": 16, **rules.request_fields(),
+                "messages": rules.prompt([{"role": "user", "content": f"warm-up {i}"}])})
             resp.raise_for_status()
 
     def api_memory(self) -> float | None:
@@ -177,7 +182,8 @@ class Drill:
         """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
         exactly as its webhook sends them."""
         try:
-            resp = requests.get(f"{self.url('alertmanager')}/api/v2/alerts", timeout=10,
+            am = self.url("alertmanager")
+            resp = requests.get(f"{am}/api/v2/alerts", timeout=10, auth=webauth.auth_for(am),
                                 params={"filter": self.remediation.remediation_matcher, "active": "true"})
             resp.raise_for_status()
         except requests.RequestException:

@@ -3,7 +3,8 @@
 cgroup v2 (memory.current / memory.max) is read where the process's unified hierarchy has the memory
 controller, at <root>/<path> or, on hybrid hosts, <root>/unified/<path>; otherwise cgroup v1's
 memory hierarchy (memory.usage_in_bytes / memory.limit_in_bytes). In compose the exporter runs with
-`cgroup: host`, so the path in /proc/<pid>/cgroup resolves under its /sys/fs/cgroup.
+`cgroup: host`, so the path in /proc/<pid>/cgroup resolves under its /sys/fs/cgroup; as a Kubernetes
+sidecar (private cgroup namespaces) it reads the process's own view through /proc/<pid>/root.
 """
 
 from __future__ import annotations
@@ -37,17 +38,24 @@ class CgroupReader:
         entries = self.procfs.cgroups(pid)
         for entry in entries:
             if entry.hierarchy == "0" and not entry.controllers:
-                for base in ("", "unified"):
-                    directory = self._dir(base, entry.path)
-                    if (directory / "memory.current").exists():
+                candidates = [self._dir(base, entry.path) for base in ("", "unified")]
+                if entry.path.startswith("/.."):
+                    # The process's cgroup lies outside ours (a Kubernetes sidecar: each container
+                    # has a private cgroup namespace): its own mount of the cgroupfs, through
+                    # /proc/<pid>/root, shows its cgroup at the root.
+                    candidates.append(self.procfs.root / str(pid) / "root" / "sys" / "fs" / "cgroup")
+                for directory in candidates:
+                    try:
                         usage = int((directory / "memory.current").read_text())
                         limit = (directory / "memory.max").read_text().strip()
-                        return CgroupMemory(usage, None if limit == "max" else int(limit))
+                    except (FileNotFoundError, PermissionError, NotADirectoryError):
+                        continue
+                    return CgroupMemory(usage, None if limit == "max" else int(limit))
         for entry in entries:
             if "memory" in entry.controllers:
                 directory = self._dir("memory", entry.path)
                 if (directory / "memory.usage_in_bytes").exists():
                     usage = int((directory / "memory.usage_in_bytes").read_text())
-                    limit = int((directory / "memory.limit_in_bytes").read_text())
-                    return CgroupMemory(usage, None if limit >= V1_UNLIMITED else limit)
+                    limit_bytes = int((directory / "memory.limit_in_bytes").read_text())
+                    return CgroupMemory(usage, None if limit_bytes >= V1_UNLIMITED else limit_bytes)
         return None

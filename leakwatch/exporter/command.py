@@ -95,7 +95,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         state_file=args.state_file,
     )
     try:
-        config.listen_port
+        _ = config.listen_port  # the property parses --listen and raises ValueError on a bad one
         VllmScraper(vllm_url)
     except ValueError as exc:
         raise LeakwatchError(f"--vllm-url {vllm_url!r}: {exc}") from None

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
+from collections.abc import Callable
 
 from .discovery import VllmTree
 
@@ -39,14 +40,14 @@ class GpuReading:
 class Gpu:
     def __init__(
         self,
-        loader: Callable[[], object] = import_pynvml,
+        loader: Callable[[], Any] = import_pynvml,  # the pynvml module, or a fake of it
         clock: Callable[[], float] = time.time,
         retry_s: float = 300.0,
     ):
         self.loader = loader
         self.clock = clock
         self.retry_s = retry_s  # how often to look for NVML again where it was missing
-        self._nvml = None
+        self._nvml: Any = None
         self._handles: list = []
         self._last_attempt: float | None = None
         self.unavailable_reason = "not probed yet"

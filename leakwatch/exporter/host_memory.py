@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from .discovery import VllmTree
 from .procfs import ProcessGone, ProcFS, Smaps

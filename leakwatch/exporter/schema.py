@@ -27,7 +27,7 @@ class Schema:
         if missing:
             raise LeakwatchError(f"metrics missing from config/metrics/leakwatch-exporter.csv: {', '.join(missing)}")
 
-    def family(self, name: str) -> "Family":
+    def family(self, name: str) -> Family:
         return Family(name, self.rows[name])
 
 

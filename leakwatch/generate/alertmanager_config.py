@@ -33,7 +33,8 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
                  "group_interval": "1m", "repeat_interval": "5m"},
                 # Alerts meant for automatic remediation go to the healer first and, with
                 # `continue`, on to the people below.
-                {"matchers": [healer_config.load().remediation_matcher], "receiver": "remediation", "continue": True,
+                # The same allowlist the healer enforces (config/healer.yaml), so the two cannot disagree.
+                {"matchers": healer_config.load().route_matchers, "receiver": "remediation", "continue": True,
                  "group_by": ["alertname", "instance", "gpu", "role", "rank"],
                  "group_wait": "10s", "group_interval": "1m", "repeat_interval": "30m"},
                 {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.check:
         stale = stale_files()
-        for path, diff in stale:
+        for _path, diff in stale:
             print(diff, file=sys.stderr)
         if stale:
             names = ", ".join(str(p.relative_to(REPO_ROOT)) for p, _ in stale)

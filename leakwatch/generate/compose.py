@@ -15,6 +15,7 @@ from ..settings import StackSettings, load as load_settings
 from ..topology import COMPOSE_HOSTS, compose_jobs
 from . import compose_healer
 from .compose_healer import vllm_labels
+from . import compose_webauth
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -248,12 +249,14 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     # The healer restarts vLLM through a restart-only Docker socket proxy; Alertmanager sends it the token.
     services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))
     services["alertmanager"]["secrets"] = [compose_healer.SECRET]
+    # Prometheus and Alertmanager behind basic auth (leakwatch/generate/compose_webauth.py).
+    compose_webauth.apply(services, prom_port, am_port)
 
     return {
         "name": "leakwatch",
         "services": services,
         "networks": compose_healer.networks(),
-        "secrets": compose_healer.secrets(),
+        "secrets": {**compose_healer.secrets(), **compose_webauth.secrets()},
         "volumes": {
             name: {}
             for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "vllm-cache", "models",
@@ -269,4 +272,5 @@ def compose_prometheus_config(settings: StackSettings | None = None) -> dict:
         compose_jobs(settings),
         alertmanager_targets=[f"alertmanager:{settings.service('alertmanager').default_port}"],
         rule_files=["/etc/prometheus/rules/*.yml"],
+        basic_auth=compose_webauth.basic_auth(),
     )

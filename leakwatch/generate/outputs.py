@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
 from ..settings import load as load_settings
@@ -33,6 +33,7 @@ runner renders its own copy with the healer on 127.0.0.1. docs/runbook.md explai
 def outputs() -> dict[Path, Callable[[], str]]:
     """Generated file -> function returning its exact content."""
     from ..dashboards.files import generated_files as grafana_files  # needs grafana-foundation-sdk
+    from ..helm.chart_files import generated_files as helm_chart_files
     from ..rules import rule_file_texts
 
     files = {
@@ -44,6 +45,7 @@ def outputs() -> dict[Path, Callable[[], str]]:
             compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER),
         PROXY_CONFIG_FILE: lambda: haproxy_config(load_settings(), PROJECT),
         **grafana_files(),
+        **helm_chart_files(),
     }
     for name in rule_file_texts():
         files[RULES_DIR / name] = lambda name=name: rule_file_texts()[name]

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from ..settings import StackSettings
 
 
+# Jobs that scrape a server behind our basic auth (leakwatch/webauth.py).
+AUTHENTICATED_JOBS = ("prometheus", "alertmanager")
+
+
 @dataclass(frozen=True)
 class ScrapeJob:
     name: str
@@ -30,7 +34,10 @@ def prometheus_config(
     jobs: list[ScrapeJob],
     alertmanager_targets: list[str],
     rule_files: list[str],
+    basic_auth: dict | None = None,
 ) -> dict:
+    """basic_auth: credentials for our own Prometheus and Alertmanager (their web config), used by the
+    alerting config and by the jobs that scrape them."""
     prom = settings.prometheus
     scrape_configs = []
     for job in jobs:
@@ -54,13 +61,18 @@ def prometheus_config(
             entry["file_sd_configs"] = [{"files": list(job.file_sd), "refresh_interval": "30s"}]
         else:
             entry["static_configs"] = [{"targets": list(job.targets)}]
+        if basic_auth and job.name in AUTHENTICATED_JOBS:
+            entry["basic_auth"] = dict(basic_auth)
         scrape_configs.append(entry)
+    alertmanager: dict = {"static_configs": [{"targets": alertmanager_targets}]}
+    if basic_auth:
+        alertmanager["basic_auth"] = dict(basic_auth)
     return {
         "global": {
             "scrape_interval": prom["scrape_interval"],
             "evaluation_interval": prom["evaluation_interval"],
         },
         "rule_files": rule_files,
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": alertmanager_targets}]}]},
+        "alerting": {"alertmanagers": [alertmanager]},
         "scrape_configs": scrape_configs,
     }

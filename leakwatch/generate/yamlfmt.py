@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 
@@ -9,7 +11,7 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
-def _str_representer(dumper: yaml.SafeDumper, value: str):
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -17,7 +19,7 @@ def _str_representer(dumper: yaml.SafeDumper, value: str):
 _Dumper.add_representer(str, _str_representer)
 
 
-def dump(data, header: str) -> str:
+def dump(data: Any, header: str) -> str:
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
     lines = "".join(f"# {line}".rstrip() + "\n" for line in header.strip().splitlines())
     return lines + body

@@ -8,6 +8,7 @@ Needs a bearer token ($LEAKWATCH_HEALER_TOKEN or --token-file) and refuses to st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -37,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{settings.service('healer').default_port})")
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help=f"file holding the bearer token (default: ${heal_token.TOKEN_ENV})")
-    parser.add_argument("--restarter", choices=["supervisor", "docker"], default="supervisor",
-                        help="how to restart vLLM: supervisord natively (default) or the Docker API")
+    parser.add_argument("--restarter", choices=["supervisor", "docker", "kubernetes"], default="supervisor",
+                        help="how to restart vLLM: supervisord natively (default), the Docker API, or "
+                             "evicting the alert's pod (Kubernetes)")
     parser.add_argument("--supervisor-socket", default=None, metavar="PATH",
                         help="supervisord's unix socket (default: the native stack's)")
     parser.add_argument("--program", default="vllm", help="supervisord program to restart (default vllm)")
@@ -51,29 +53,82 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-url", default=None, metavar="URL",
                         help="vLLM's base URL for /metrics and /health (default: the stack's vLLM)")
     parser.add_argument("--state-file", default=None, metavar="FILE",
-                        help="where cooldown and handled alerts persist across healer restarts")
+                        help="where cooldown, restarts of the last hour and handled alerts persist across healer "
+                             "restarts (both runners pass one; without it a restarted healer forgets its cap)")
+    parser.add_argument("--target", action="append", default=[], metavar="JOB=INSTANCE",
+                        help="an instance of a job in config/healer.yaml remediable.jobs this healer is responsible "
+                             "for (repeatable); alerts of that job about other instances are refused")
+    parser.add_argument("--remediable-job", action="append", default=[], metavar="JOB",
+                        help="replaces config/healer.yaml remediable.jobs (repeatable): for deployments whose scrape "
+                             "jobs have other names, e.g. the Helm chart's")
     parser.add_argument("--config", default=str(heal_config.CONFIG_FILE), metavar="FILE",
                         help="policy file (default config/healer.yaml)")
+    kube = parser.add_argument_group("kubernetes restarter (docs/kubernetes.md)")
+    kube.add_argument("--namespace", default=None, help="namespace of the vLLM pods (the only one the healer acts in)")
+    kube.add_argument("--model-label", default=None, metavar="KEY",
+                      help="pod label every vLLM pod carries; other pods are never evicted")
+    kube.add_argument("--eviction-retries", type=int, default=5,
+                      help="retries of an eviction a PodDisruptionBudget refuses (429), default 5")
+    kube.add_argument("--eviction-retry-interval", type=float, default=30.0, metavar="SECONDS",
+                      help="seconds between those retries (default 30)")
 
 
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     settings = load_settings()
     token = heal_token.load(args.token_file)
     cfg = heal_config.load(Path(args.config))
+    if args.remediable_job:
+        cfg = dataclasses.replace(cfg, jobs=tuple(args.remediable_job))
+    cfg = heal_config.with_targets(cfg, args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
-    if args.restarter == "docker":
+    probe = None
+    if args.restarter == "kubernetes":
+        restarter, probe = _kubernetes_restarter(args)
+    elif args.restarter == "docker":
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
         restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout, args.compose_project)
     else:
+        # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
+        stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30
         restarter = SupervisorRestarter(Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
-                                        args.program)
+                                        args.program, stop_timeout_s=stop_timeout)
     state_file = Path(args.state_file) if args.state_file else None
     if state_file:
         state_file.parent.mkdir(parents=True, exist_ok=True)
-    healer = Healer(cfg, token, Policy(cfg, state_file), restarter, VllmProbe(vllm_url), HealerMetrics())
+    else:
+        logging.getLogger("leakwatch.heal").warning(
+            "WARNING: no --state-file: the cooldown, the cap of %d restarts per hour and the handled episodes "
+            "live in memory only and are forgotten when the healer restarts (a restart storm across healer "
+            "restarts); both runners pass one", cfg.max_restarts_per_hour)
+    metrics = HealerMetrics()
+    if probe is not None:
+        restarter.on_refused = _refusal_counter(metrics)
+    healer = Healer(cfg, token, Policy(cfg, state_file), restarter, probe or VllmProbe(vllm_url), metrics)
     return healer, host, port
+
+
+def _kubernetes_restarter(args: argparse.Namespace):
+    from .kubernetes_restarter import KubernetesRestarter
+
+    if not args.namespace or not args.model_label:
+        raise LeakwatchError("--restarter kubernetes needs --namespace and --model-label")
+    restarter = KubernetesRestarter.in_cluster(args.namespace, args.model_label, retries=args.eviction_retries,
+                                               retry_interval_s=args.eviction_retry_interval)
+    return restarter, restarter
+
+
+def _refusal_counter(metrics: HealerMetrics):
+    from prometheus_client import Counter
+
+    from ..catalogue import load_csv
+    from .kubernetes_restarter import EVICTION_REFUSALS_METRIC, METRICS_CSV
+
+    row = load_csv(METRICS_CSV)[EVICTION_REFUSALS_METRIC]
+    counter = Counter(EVICTION_REFUSALS_METRIC.removesuffix("_total"), row["help"], row["labels"],
+                      registry=metrics.registry)
+    return counter.inc
 
 
 def run(args: argparse.Namespace) -> int:

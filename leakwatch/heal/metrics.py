@@ -9,7 +9,8 @@ from .policy import DECISIONS
 
 CSV = METRICS_DIR / "leakwatch-healer.csv"
 OUTCOMES = ("accepted", "no_action", "unauthorized", "too_large", "length_required", "unsupported_media_type",
-            "bad_request", "invalid_schema", "not_remediable", "not_found", "method_not_allowed")
+            "bad_request", "invalid_schema", "not_remediable", "not_found", "method_not_allowed",
+            "headers_too_large", "request_timeout", "unavailable")
 RESULTS = ("success", "failed")
 
 

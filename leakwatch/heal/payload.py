@@ -30,8 +30,9 @@ class Alert:
         return f"{self.fingerprint}@{self.starts_at:.3f}"
 
 
-_FINGERPRINT = re.compile(r"^[0-9a-fA-F]{1,64}$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# fullmatch, not ^...$: `$` also matches before a trailing newline.
+_FINGERPRINT = re.compile(r"[0-9a-fA-F]{1,64}")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def _timestamp(value, where: str) -> float:
@@ -53,7 +54,7 @@ def _labels(value, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise PayloadError(422, f"{where}.labels must be an object of strings")
     for key, val in value.items():
-        if not isinstance(key, str) or not _LABEL_NAME.match(key) or not isinstance(val, str):
+        if not isinstance(key, str) or not _LABEL_NAME.fullmatch(key) or not isinstance(val, str):
             raise PayloadError(422, f"{where}.labels has an invalid label {str(key)[:40]!r}")
     return dict(value)
 
@@ -87,7 +88,7 @@ def parse(body: bytes, max_alerts: int) -> list[Alert]:
         if not name:
             raise PayloadError(422, f"{where} has no alertname label")
         fingerprint = raw.get("fingerprint")
-        if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
+        if not isinstance(fingerprint, str) or not _FINGERPRINT.fullmatch(fingerprint):
             raise PayloadError(422, f"{where}.fingerprint must be a hex string")
         parsed.append(Alert(status, name, labels, fingerprint, _timestamp(raw.get("startsAt"), where)))
     return parsed

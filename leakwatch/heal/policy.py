@@ -1,24 +1,30 @@
-"""Whether an alert may restart vLLM now: remediation label, idempotency per firing episode,
-cooldown and a sliding-hour limit. State survives a healer restart (a JSON file)."""
+"""Whether an alert may restart vLLM now: the allowlist (label, alert name, job, instance),
+idempotency per firing episode, cooldown and a sliding-hour limit. State survives a healer restart
+(a JSON file, fsynced); a state file that cannot be read stops the healer instead of resetting the cap."""
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import LeakwatchError
 from .config import HealerConfig
 from .payload import Alert
+
+log = logging.getLogger("leakwatch.heal")
 
 # Decisions per alert (the `decision` label of leakwatch_healer_alerts_total).
 REMEDIATE = "remediate"
 RESOLVED = "resolved"
 DUPLICATE = "duplicate"              # this firing episode was already acted on
 HANDLED = "handled_by_restart"       # it began before the last restart, which addressed it
-IN_PROGRESS = "in_progress"          # a drain/restart is running now
+IN_PROGRESS = "in_progress"          # a drain/restart is running now (not remembered: a repeat is decided anew)
 COOLDOWN = "cooldown"
 RATE_LIMITED = "rate_limited"
 NOT_REMEDIABLE = "not_remediable"
@@ -26,6 +32,10 @@ DECISIONS = (REMEDIATE, RESOLVED, DUPLICATE, HANDLED, IN_PROGRESS, COOLDOWN, RAT
 
 SEEN_LIMIT = 10_000
 HOUR = 3600.0
+
+
+class StateWriteError(RuntimeError):
+    """The decision could not be persisted; nothing was claimed and nothing restarts."""
 
 
 @dataclass
@@ -37,15 +47,17 @@ class PolicyState:
         return json.dumps({"restarts": self.restarts[-100:], "seen": self.seen})
 
     @classmethod
-    def from_file(cls, path: Path | None) -> "PolicyState":
+    def from_file(cls, path: Path | None) -> PolicyState:
         if path is None or not path.exists():
             return cls()
         try:
             raw = json.loads(path.read_text())
-            return cls([float(t) for t in raw.get("restarts", [])],
-                       {str(k): float(v) for k, v in raw.get("seen", {}).items()})
-        except (OSError, ValueError, TypeError, AttributeError):
-            return cls()  # a corrupt state file must not stop the healer; worst case one extra restart
+            return cls([float(t) for t in raw["restarts"]], {str(k): float(v) for k, v in raw["seen"].items()})
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            # Resetting would forget the cooldown and the hourly cap: a restart storm. Refuse instead.
+            raise LeakwatchError(
+                f"the healer's state file {path} cannot be read ({exc!r:.120}); it holds the cooldown and the "
+                "restarts of the last hour. Inspect it, then move it away to start with an empty history") from None
 
 
 class Policy:
@@ -57,8 +69,12 @@ class Policy:
         self.lock = threading.Lock()
         self.in_progress = False
 
+    def refusal(self, alert: Alert) -> str | None:
+        """Why this alert may never restart vLLM (allowlist), or None."""
+        return self.cfg.refusal(alert.labels)
+
     def remediable(self, alert: Alert) -> bool:
-        return alert.labels.get(self.cfg.label_name) == self.cfg.label_value
+        return self.refusal(alert) is None
 
     def restarts_last_hour(self, now: float | None = None) -> int:
         now = self.clock() if now is None else now
@@ -68,6 +84,7 @@ class Policy:
         """A decision per alert; at most one alert of a notification gets REMEDIATE, and when one
         does the restart is claimed (in_progress) until finish() is called."""
         with self.lock:
+            before = copy.deepcopy(self.state)
             now = self.clock()
             last = max(self.state.restarts, default=None)
             decisions = []
@@ -91,19 +108,27 @@ class Policy:
                     decision = REMEDIATE
                     claimed = True
                     self.state.restarts.append(now)
-                if decision in (REMEDIATE, IN_PROGRESS):
+                if decision == REMEDIATE:
                     self.state.seen[alert.key] = now
                 decisions.append((alert, decision))
+            self._trim(now)
+            try:
+                self._save()
+            except OSError as exc:
+                # Nothing is claimed unless it is on disk: roll back, so the next notification decides afresh.
+                self.state = before
+                raise StateWriteError(f"cannot write the healer's state file {self.state_file}: {exc}") from None
             if claimed:
                 self.in_progress = True
-            self._trim(now)
-            self._save()
             return decisions
 
     def finish(self) -> None:
         with self.lock:
             self.in_progress = False
-            self._save()
+            try:
+                self._save()
+            except OSError as exc:
+                log.error("cannot write the healer's state file %s after a restart: %s", self.state_file, exc)
 
     def _trim(self, now: float) -> None:
         self.state.restarts = [t for t in self.state.restarts if now - t < 24 * HOUR]
@@ -115,5 +140,14 @@ class Policy:
         if self.state_file is None:
             return
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(self.state.to_json())
+        with open(tmp, "w") as fh:
+            fh.write(self.state.to_json())
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, self.state_file)
+        # The rename itself survives a power cut only once the folder is synced too.
+        fd = os.open(self.state_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

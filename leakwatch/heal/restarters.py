@@ -26,11 +26,19 @@ class RestartTiming:
 
 class SupervisorRestarter:
     """Stops (SIGTERM to the process group: vLLM drains for --shutdown-timeout) and starts one
-    supervisord program over its unix socket."""
+    supervisord program over its unix socket. Every call has a timeout and the stop and the start
+    are polled against deadlines, so a hung supervisord fails the restart instead of wedging the healer."""
 
-    def __init__(self, socket_path: Path, program: str = "vllm"):
+    STOPPED = ("STOPPED", "EXITED", "FATAL")
+
+    def __init__(self, socket_path: Path, program: str = "vllm", stop_timeout_s: float = 60.0,
+                 start_timeout_s: float = 120.0, rpc_timeout_s: float = 10.0, poll_s: float = 0.5):
         self.socket_path = Path(socket_path)
         self.program = program
+        self.stop_timeout_s = stop_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.rpc_timeout_s = rpc_timeout_s
+        self.poll_s = poll_s
 
     def describe(self) -> str:
         return f"supervisord program {self.program!r} ({self.socket_path})"
@@ -38,7 +46,7 @@ class SupervisorRestarter:
     def _rpc(self):
         from ..native.supervisor import client
 
-        return client(self.socket_path).supervisor
+        return client(self.socket_path, self.rpc_timeout_s).supervisor
 
     def check(self) -> None:
         try:
@@ -48,17 +56,32 @@ class SupervisorRestarter:
         if not info:
             raise LeakwatchError(f"{self.describe()} is unknown to supervisord")
 
+    def _wait_state(self, rpc, done, deadline: float, what: str) -> str:
+        while True:
+            state = rpc.getProcessInfo(self.program)["statename"]
+            if done(state):
+                return state
+            if time.monotonic() >= deadline:
+                raise RestartError(f"{self.describe()}: still {state} after waiting to {what}")
+            time.sleep(self.poll_s)
+
     def restart(self) -> RestartTiming:
         rpc = self._rpc()
         began = time.monotonic()
         try:
             state = rpc.getProcessInfo(self.program)["statename"]
-            if state in ("RUNNING", "STARTING", "BACKOFF"):
-                rpc.stopProcess(self.program, True)  # returns once supervisord has seen it exit
+            if state not in self.STOPPED:
+                # Not waited for inside supervisord: the call returns at once and the stop is polled.
+                rpc.stopProcess(self.program, False)
+                self._wait_state(rpc, lambda s: s in self.STOPPED, began + self.stop_timeout_s, "stop")
             stopped = time.monotonic()
-            rpc.startProcess(self.program, True)
+            rpc.startProcess(self.program, False)
+            state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), stopped + self.start_timeout_s,
+                                     "start")
+            if state != "RUNNING":
+                raise RestartError(f"{self.describe()}: {state} after the start (see its log)")
         except (OSError, xmlrpc.client.Error) as exc:
-            raise RestartError(f"{self.describe()}: {exc}") from None
+            raise RestartError(f"{self.describe()}: {exc!r}") from None
         return RestartTiming(stopped - began, time.monotonic() - stopped)
 
 

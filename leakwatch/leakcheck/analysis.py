@@ -59,7 +59,7 @@ class SeriesResult:
             "verdict": self.verdict,
             "reason": self.reason,
             "points": self.points,
-            "segments": int(len(np.unique(self.segment_ids))) if self.points else 0,
+            "segments": len(np.unique(self.segment_ids)) if self.points else 0,
             "requests_served": self.requests_served,
             "bytes_per_request": self.bytes_per_request.as_dict(),
             "growth_bytes_per_hour": self.growth_per_hour.as_dict(),

@@ -26,7 +26,7 @@ class CheckConfig:
     max_gap_seconds: float
     max_points: int
 
-    def with_overrides(self, **values) -> "CheckConfig":
+    def with_overrides(self, **values) -> CheckConfig:
         return replace(self, **{k: v for k, v in values.items() if v is not None})
 
     def as_dict(self) -> dict:

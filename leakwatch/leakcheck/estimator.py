@@ -23,7 +23,7 @@ class Interval:
     low: float
     high: float
 
-    def scaled(self, factor: float) -> "Interval":
+    def scaled(self, factor: float) -> Interval:
         values = sorted((self.low * factor, self.high * factor))
         return Interval(self.estimate * factor, values[0], values[1])
 
@@ -126,7 +126,7 @@ def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     all_slopes = np.sort(np.concatenate(slopes)) if slopes else np.array([])
     n_pairs = len(all_slopes)
     if n_pairs == 0:
-        return SlopeFit(NAN_INTERVAL, int(len(x)), 0, len(parts))
+        return SlopeFit(NAN_INTERVAL, len(x), 0, len(parts))
     estimate = float(np.median(all_slopes))
 
     variance = 0.0
@@ -139,5 +139,5 @@ def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     low = float(all_slopes[lo_rank]) if lo_rank >= 0 else -math.inf
     high = float(all_slopes[hi_rank]) if hi_rank < n_pairs else math.inf
     intercepts = tuple((int(s), float(np.median(py - estimate * px))) for s, px, py in parts)
-    return SlopeFit(Interval(estimate, min(low, estimate), max(high, estimate)), int(len(x)), n_pairs,
+    return SlopeFit(Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs,
                     len(parts), intercepts)

@@ -18,7 +18,7 @@ class Timeline:
     baseline_ready: np.ndarray    # the exporter's leakwatch_baseline_ready (1/0); nan when absent
 
     @classmethod
-    def build(cls, t, requests, start_time=None, baseline_ready=None) -> "Timeline":
+    def build(cls, t, requests, start_time=None, baseline_ready=None) -> Timeline:
         t = np.asarray(t, dtype=float)
         order = np.argsort(t, kind="stable")
         nan = np.full(len(t), np.nan)

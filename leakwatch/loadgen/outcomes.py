@@ -69,6 +69,7 @@ class StreamResult:
     prompt_tokens: int | None = None
     response_bytes: int = 0
     retried: bool = False          # sent again after a kept-alive connection closed under it
+    text: str | None = None        # the generated text, when the sender asked to keep it
 
     @property
     def ok(self) -> bool:

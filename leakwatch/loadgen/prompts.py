@@ -22,7 +22,7 @@ import random
 import re
 import sysconfig
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from statistics import NormalDist
 
@@ -42,17 +42,17 @@ class LengthDistribution:
     p99: float = 0
 
     @classmethod
-    def uniform(cls, low: int, high: int) -> "LengthDistribution":
+    def uniform(cls, low: int, high: int) -> LengthDistribution:
         return cls("uniform", low=low, high=high)
 
     @classmethod
-    def lognormal(cls, median: float, p99: float) -> "LengthDistribution":
+    def lognormal(cls, median: float, p99: float) -> LengthDistribution:
         if not 0 < median < p99:
             raise ValueError(f"a log-normal length needs 0 < median < p99 (got {median}, {p99})")
         return cls("lognormal", median=median, p99=p99)
 
     @classmethod
-    def fixed(cls, tokens: int) -> "LengthDistribution":
+    def fixed(cls, tokens: int) -> LengthDistribution:
         return cls("fixed", low=tokens, high=tokens)
 
     @property
@@ -196,7 +196,7 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_path("stdlib"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def repository_files(name: str) -> tuple[tuple[str, str], ...]:
     """(path, source) of one package's .py files in a fixed order; empty when it is not installed."""
     root = stdlib_dir() / name

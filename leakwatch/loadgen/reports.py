@@ -14,6 +14,7 @@ REQUEST_LOG_FIELDS = (
     "sent_unix", "process", "workload", "outcome", "detail", "status", "scheduled_s", "queue_delay_s",
     "ttft_s", "e2e_s", "itl_mean_s", "itl_max_s", "tpot_s", "chunks", "prompt_tokens", "output_tokens",
     "corpus_prompt_tokens", "target_prompt_tokens", "max_tokens", "repo", "retried",
+    "request_id",
 )
 
 

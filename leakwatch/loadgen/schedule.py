@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterator
+from collections.abc import Iterator
 
 SECONDS_PER_DAY = 86400.0
 

@@ -92,3 +92,11 @@ def chunk_has_token(chunk: dict, chat: bool) -> bool:
 
 
 TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
+
+
+def chunk_text(chunk: dict, chat: bool) -> str:
+    """The generated text a token chunk carries (completions: text; chat: the delta's content)."""
+    choice = chunk["choices"][0]
+    if not chat:
+        return str(choice.get("text") or "")
+    return str((choice.get("delta") or {}).get("content") or "")

@@ -37,7 +37,7 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 
 
 class WorkloadStats:
-    __slots__ = ("dists", "outcomes", "prompt_tokens", "output_tokens")
+    __slots__ = ("dists", "outcomes", "output_tokens", "prompt_tokens")
 
     def __init__(self):
         self.dists = {key: Distribution(edges) for key, (_, edges) in METRICS.items()}

@@ -43,7 +43,13 @@ def main() -> int:
             print(json.dumps({"error": traceback.format_exc()}), file=out, flush=True)
             continue
         cpu1, wall1 = _cpu(), time.perf_counter()
+        # Per request, for pairing with a reference server's record: its first generated word is the
+        # request's key there (leakwatch.loadgen.reference_server).
+        paired = [{"key": (text or "").split()[0], "ttft": ttft, "itls": itl}
+                  for text, ttft, itl in zip(result["generated_texts"], result["ttfts"], result["itls"])
+                  if ttft and (text or "").split()]
         print(json.dumps({
+            "requests": paired,
             "duration": result["duration"], "completed": result["completed"],
             "output_tokens": sum(n for n in result["output_lens"] if n),
             "ttfts": [t for t in result["ttfts"] if t], "itls": [g for itl in result["itls"] for g in itl],

@@ -13,7 +13,7 @@ class StateLayout:
     root: Path
 
     @classmethod
-    def current(cls) -> "StateLayout":
+    def current(cls) -> StateLayout:
         return cls(state_dir())
 
     @property

@@ -52,4 +52,5 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port the kernel says is free now (for tests and side-by-side stacks)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import profiles as model_profiles
+from .. import vllm_key, webauth
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
+
+LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 
 # Debian package that provides each binary, for the error message when one is missing.
 DEBIAN_BINARIES = {
@@ -59,8 +63,14 @@ def vllm_program(
     port = settings.service("vllm").port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
+    # An optional API key (leakwatch/vllm_key.py): handed over in vLLM's environment, never on its command line.
+    key_file = vllm_key.stack_key_file(layout.secrets)
+    if key_file:
+        vllm_key.read(key_file)  # a missing or weak key is a clear error now, not a FATAL vLLM later
+    launcher = ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else \
+        ["-m", "vllm.entrypoints.openai.api_server"]
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        sys.executable, *launcher,
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
         "--host", settings.bind_address,
         "--port", str(port),
@@ -98,8 +108,11 @@ def stack_programs(
                 f"--storage.tsdb.path={layout.data / 'prometheus'}",
                 f"--storage.tsdb.retention.time={retention}",
                 f"--web.listen-address={bind}:{svc('prometheus').port}",
-                # Lets `leakwatch` reload rules after regenerating them (loopback only by default).
-                "--web.enable-lifecycle",
+                # Basic auth (bcrypt) on every endpoint: leakwatch/webauth.py, docs/healer.md.
+                f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",
+                # /-/quit and /-/reload (and the admin API) stay off: anyone who reaches the port could stop
+                # alerting. Opt in with PROMETHEUS_ENABLE_LIFECYCLE=1 (docs/healer.md).
+                *(["--web.enable-lifecycle"] if os.environ.get(LIFECYCLE_ENV) == "1" else []),
             ],
             health_path="/-/ready",
         ),
@@ -111,6 +124,8 @@ def stack_programs(
                 f"--config.file={layout.conf / 'alertmanager.yml'}",
                 f"--storage.path={layout.data / 'alertmanager'}",
                 f"--web.listen-address={bind}:{svc('alertmanager').port}",
+                # Without it, anyone on the port could post a remediate="true" alert or silence everything.
+                f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",
                 # One instance: no gossip listener on 0.0.0.0.
                 "--cluster.listen-address=",
             ],
@@ -145,6 +160,8 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--supervisor-socket", str(layout.supervisor_socket),
             "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
             "--state-file", str(layout.data / "healer" / "state.json"),
+            # Alerts about another exporter (another host's, a forged one) never restart this stack's vLLM.
+            "--target", f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
         ],
         health_path="/healthz",
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import shlex
+import socket
 import xmlrpc.client
 from pathlib import Path
 
@@ -73,8 +75,25 @@ def render_conf(layout: StateLayout, programs: list[Program], base_env: dict[str
     return "\n".join(lines)
 
 
-def client(socket_path: Path) -> xmlrpc.client.ServerProxy:
-    """An XML-RPC proxy to supervisord (`proxy.supervisor.getAllProcessInfo()` and so on)."""
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over supervisord's unix socket with a timeout on connect and on every read: a hung
+    (SIGSTOPped, deadlocked) supervisord raises TimeoutError instead of blocking its caller for good."""
+
+    def __init__(self, path: str, timeout_s: float):
+        super().__init__("localhost", timeout=timeout_s)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def client(socket_path: Path, timeout_s: float | None = None) -> xmlrpc.client.ServerProxy:
+    """An XML-RPC proxy to supervisord (`proxy.supervisor.getAllProcessInfo()` and so on); with
+    timeout_s, every call gives up (TimeoutError, an OSError) after that long."""
     transport = SupervisorTransport(None, None, f"unix://{socket_path}")
+    if timeout_s is not None:
+        transport._get_connection = lambda: _UnixConnection(str(socket_path), timeout_s)
     # The URL's host is ignored: the transport always uses the unix socket.
     return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)

@@ -420,14 +420,14 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
     def per_request(window: str) -> str:
         return (
-            f"sum by (instance, job) (increase({gen2}[{window}]))\n"
+            f"sum {ctx.by_host('instance', 'job')} (increase({gen2}[{window}]))\n"
             f"  / {ctx.on_host()} group_left () sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))"
         )
 
     alerts.append(Alert(
         "PythonGCSpike", "warning",
         f"(\n  {per_request(gc_window)}\n)\n> {number(s.num('gc_factor'))} * (\n  {per_request(gc_base)}\n)\n"
-        f"and sum by (instance, job) (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
+        f"and sum {ctx.by_host('instance', 'job')} (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
         f"and {ctx.on_host()} sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{gc_window}])) "
         f">= {number(s.num('gc_min_requests'))}",
         s.dur("gc_for"),

@@ -146,7 +146,8 @@ def recording_rules(ctx: Context) -> list[dict]:
         f"  ({ctx.node('node_memory_MemAvailable_bytes')} + {ctx.node('node_memory_SwapFree_bytes')})\n"
         f"  or\n"
         f"  ({ctx.exporter('leakwatch_cgroup_memory_limit_bytes')}\n"
-        f"    - on (instance, job) sum by (instance, job) ({ctx.exporter('leakwatch_process_proportional_memory_bytes')}))\n"
+        f"    - {on(ctx.host + ['instance', 'job'])} sum {ctx.by_host('instance', 'job')} "
+        f"({ctx.exporter('leakwatch_process_proportional_memory_bytes')}))\n"
         f")",
     )
     # Level 1 growth rates: a low quantile of the slopes of a window's slices (deriv(), never rate(): these

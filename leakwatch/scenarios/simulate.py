@@ -105,7 +105,8 @@ class Histogram:
             texts = [series(f"{name}_bucket", {**labels, "le": le}) for le in les]
             texts += [series(f"{name}_sum", labels), series(f"{name}_count", labels)]
             _HISTOGRAM_TEXTS[cache_key] = texts
-        out, running = [], 0.0
+        out: list[tuple[str, float]] = []
+        running = 0.0
         for text, c in zip(texts, self.counts):
             running += c
             out.append((text, round(running)))
@@ -205,8 +206,8 @@ class Simulator:
         self.gpu_warm = False
         self.long_seen = 0
         self.baseline = None
-        self.retention = {}
-        self.burst_state = {}
+        self.retention: dict = {}
+        self.burst_state: dict = {}
 
     def _next_burst(self, t: float) -> float:
         per_day = self.sc.traffic.bursts_per_day
@@ -432,7 +433,9 @@ class Simulator:
         load = 1 + running / 128     # decoding a few more sequences per step costs little
         drawn = min(n, SAMPLE_CAP)
         weight = n / drawn
-        ttft, e2e, itl = [], [], []
+        ttft: list[float] = []
+        e2e: list[float] = []
+        itl: list[float] = []
         out_tokens = 0
         for _ in range(drawn):
             first = rng.lognormvariate(math.log(tr.ttft_median_s * (1 + running / 32)), tr.ttft_sigma)

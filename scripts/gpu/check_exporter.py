@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch.exporter.discovery import VllmProcess, VllmTree  # noqa: E402
-from leakwatch.exporter.gpu import Gpu  # noqa: E402
+from leakwatch.exporter.discovery import VllmProcess, VllmTree
+from leakwatch.exporter.gpu import Gpu
 
 MIB = 1 << 20
 TOLERANCE = 0.05

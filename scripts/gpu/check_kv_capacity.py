@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch import capacity, profiles, vllm_server  # noqa: E402
-from leakwatch.errors import LeakwatchError  # noqa: E402
+from leakwatch import capacity, profiles, vllm_server
+from leakwatch.errors import LeakwatchError
 
 GIB = 1024**3
 CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
@@ -62,7 +62,7 @@ def cuda_total_gib() -> float | None:
 
         if torch.cuda.is_available():
             return torch.cuda.mem_get_info()[1] / GIB
-    except Exception:
+    except Exception:  # noqa: BLE001 - no usable CUDA torch: the caller asks for --gpu-gib
         pass
     return None
 

@@ -56,7 +56,7 @@ class Scraped:
         self.families = {f.name: f for f in text_string_to_metric_families(text)}
 
     @classmethod
-    def get(cls, url: str) -> "Scraped":
+    def get(cls, url: str) -> Scraped:
         import requests
 
         resp = requests.get(url, timeout=30)

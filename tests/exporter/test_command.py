@@ -88,6 +88,7 @@ def image_context(tmp_path):
     return tmp_path
 
 
+@pytest.mark.integration
 def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
     """No Docker engine here: run the exporter from exactly the files the image copies."""
     context = image_context(tmp_path / "context")
@@ -119,6 +120,7 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
     assert proc.returncode == 0
 
 
+@pytest.mark.integration
 def test_the_gpu_check_script_says_clearly_when_there_is_no_gpu():
     """scripts/gpu/check_exporter.py runs on GPU hosts only (docs/exporter.md); here it must refuse
     clearly instead of passing or crashing."""

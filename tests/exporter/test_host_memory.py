@@ -119,3 +119,18 @@ def test_no_memory_cgroup_means_no_reading(tmp_path):
     proc = proc_tree(tmp_path)
     (proc / "100" / "cgroup").write_text("0::/\n")  # v2 root cgroup: no memory.current there
     assert CgroupReader(ProcFS(proc), tmp_path / "empty").read(100) is None
+
+
+def test_cgroup_v2_of_a_container_in_another_cgroup_namespace(tmp_path):
+    """A Kubernetes sidecar sees vLLM's cgroup as "/../<container>" (outside its own namespace); the
+    reading comes from vLLM's own cgroupfs mount, /proc/<pid>/root/sys/fs/cgroup."""
+    proc = proc_tree(tmp_path)
+    (proc / "100" / "cgroup").write_text("0::/../cri-containerd-4f2a.scope\n")
+    own = proc / "100" / "root" / "sys" / "fs" / "cgroup"
+    own.mkdir(parents=True)
+    (own / "memory.current").write_text("5368709120\n")
+    (own / "memory.max").write_text("34359738368\n")
+    memory = CgroupReader(ProcFS(proc), tmp_path / "sidecar-cgroup").read(100)
+    assert (memory.usage, memory.limit) == (5 << 30, 32 << 30)
+    (proc / "100" / "cgroup").write_text("0::/kubepods/pod1/vllm\n")   # inside our namespace: no fallback
+    assert CgroupReader(ProcFS(proc), tmp_path / "sidecar-cgroup").read(100) is None

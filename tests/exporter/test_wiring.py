@@ -41,6 +41,7 @@ def test_both_runners_scrape_the_exporter(monkeypatch):
 
 
 @pytest.mark.parametrize("profile", profiles.available())
+@pytest.mark.integration
 def test_compose_exporter_per_profile(profile):
     prof = profiles.load(profile)
     config = resolved(profile)
@@ -68,7 +69,7 @@ def test_compose_exporter_per_profile(profile):
 def test_dockerfile_takes_its_base_from_stack_yaml():
     dockerfile = (REPO_ROOT / "docker" / "leakwatch.Dockerfile").read_text()
     assert re.search(r"^ARG BASE_IMAGE$", dockerfile, re.M) and "FROM ${BASE_IMAGE}" in dockerfile
-    assert 'pip install -e ".[gpu]"' in dockerfile
+    assert 'pip install -e ".[gpu,k8s]"' in dockerfile
     assert 'ENTRYPOINT ["leakwatch", "exporter"]' in dockerfile
     base = load_settings().service("leakwatch_exporter").extra["base_image"]
     assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", base), base

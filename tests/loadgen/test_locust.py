@@ -9,12 +9,15 @@ import subprocess
 import sys
 import time
 
+import pytest
 import requests
 
 from leakwatch.native.ports import free_port
 
 from .fakes import FakeServer, Stall, Status, Stream, good_stream
 from .locust_run import LOADTEST, LOCUST, run_locust
+
+pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
 
 def test_the_folder_loads_two_workloads_and_one_shape():

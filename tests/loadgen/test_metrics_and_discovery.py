@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
@@ -60,6 +61,7 @@ def test_exported_values():
     assert info.labels == {"shape": "high-concurrency", "model": "demo"} and info.value == 1
 
 
+@pytest.mark.integration
 def test_the_target_file_exists_only_while_the_run_does(tmp_path):
     path = discovery.write_target(tmp_path, "127.0.0.1:9646")
     assert path.name.endswith(f"-{os.getpid()}.json")

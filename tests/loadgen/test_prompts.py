@@ -3,6 +3,7 @@ clamped to the context, deterministic, and code prompts share repository prefixe
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 
@@ -68,7 +69,7 @@ def test_code_prompts_paste_real_source_and_share_repository_prefixes():
         by_repo.setdefault(p.repo, []).append(text.split("\nQuestion:")[0])
     for texts in by_repo.values():
         texts.sort(key=len)
-        for shorter, longer in zip(texts, texts[1:]):
+        for shorter, longer in itertools.pairwise(texts):
             # the same repository context, cut at different lengths: one is a prefix of the other
             assert longer.startswith(shorter.rstrip("\n").rsplit("\n", 1)[0])
     first = corpus[0].content[1]["content"]
@@ -101,5 +102,5 @@ def test_a_prompts_file_round_trips_and_reads_vllm_custom_rows(tmp_path):
     assert completions[3].content == "plain"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "no prompt field"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:1"):
         load_prompts_file(bad, "chat")

@@ -149,13 +149,13 @@ def test_panel_has_data_over_the_default_range(board, panel, native_stack, traff
             continue
         if panel.event and not _ever_seen(native_stack.prometheus, result.expr, board, traffic):
             # Its series only exist after an event (Panel.event) that this run did not bring about.
-            warnings.warn(f"{board.uid} / {panel.title}: no data yet, needs {panel.event}")
+            warnings.warn(f"{board.uid} / {panel.title}: no data yet, needs {panel.event}", stacklevel=2)
             continue
         if metric_names(result.expr) & EXPORTER and not exporter_running(metric_catalogue):
             # Pending on the memory exporter (`leakwatch exporter`, whose series are the contract in
             # config/metrics/leakwatch-exporter.csv): until a target serves them such a query is
             # empty. As soon as one does, it must have data like every other query.
-            warnings.warn(f"pending on the memory exporter: {board.uid} / {panel.title} {result.ref_id}")
+            warnings.warn(f"pending on the memory exporter: {board.uid} / {panel.title} {result.ref_id}", stacklevel=2)
             continue
         pytest.fail(
             f"{board.uid} / {panel.title} query {result.ref_id}: {result.series} series, no finite value "

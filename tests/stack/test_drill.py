@@ -25,7 +25,7 @@ def drill():
 
 
 def test_the_leak_alert_fires_and_the_healer_restarts_vllm_once(drill):
-    cfg, result, log = drill
+    _cfg, result, log = drill
     assert result.alert_s is not None, log
     assert result.remediation_alert_s is not None and result.remediation_alert_s >= result.alert_s, log
     assert result.restarts == 1, (result.failures, log)
@@ -40,7 +40,7 @@ def test_memory_comes_back_near_the_pre_leak_baseline(drill):
 
 
 def test_check_recovers_the_injected_rate_within_15_percent(drill):
-    cfg, result, log = drill
+    _cfg, result, log = drill
     assert result.leak["verdict"] == "LEAK", result.leak
     assert result.estimate_error_pct is not None and result.estimate_error_pct <= 15.0, (result.estimate_bytes_per_request, log)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
-import psutil
 import pytest
 import requests
 from prometheus_client import CollectorRegistry

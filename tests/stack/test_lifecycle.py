@@ -68,7 +68,8 @@ def test_make_up_twice_is_harmless(stack_env):
 
 def test_prometheus_sees_traffic_and_every_target(stack_env):
     complete(stack_env, 5)
-    prom = Prometheus(url(stack_env, "PROMETHEUS_PORT"))
+    with environ(stack_env):  # finds this stack's Prometheus credentials (leakwatch/webauth.py)
+        prom = Prometheus(url(stack_env, "PROMETHEUS_PORT"))
     prom.wait_for('sum(vllm:request_success_total{model_name="demo"}) >= 5', timeout=90)
     assert prom.query("node_memory_MemAvailable_bytes"), "node exporter memory has no samples"
     prom.wait_for("count(up == 0) == 0 or absent(up == 0)", timeout=60)
@@ -105,7 +106,8 @@ def test_supervisor_restarts_vllm_after_worker_is_killed(stack_env):
         pytest.fail("vLLM did not come back healthy within 600 s after its worker was killed")
     complete(stack_env, 1)
 
-    prom = Prometheus(url(stack_env, "PROMETHEUS_PORT"))
+    with environ(stack_env):  # finds this stack's Prometheus credentials (leakwatch/webauth.py)
+        prom = Prometheus(url(stack_env, "PROMETHEUS_PORT"))
 
     def scraped_after_restart(_):
         target = next(t for t in prom.targets() if t["labels"]["job"] == "vllm")

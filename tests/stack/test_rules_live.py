@@ -10,6 +10,7 @@ import time
 import pytest
 import requests
 
+from leakwatch import webauth
 from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
@@ -34,7 +35,7 @@ def test_every_metric_a_rule_reads_is_emitted_by_a_real_exporter(native_stack, m
     for rule in (*recording, *alerting):
         missing = metric_names(rule.expr) - known
         if missing:
-            unknown[getattr(rule, "name")] = sorted(missing)
+            unknown[rule.name] = sorted(missing)
     assert not unknown, f"rules read metrics no exporter emits: {unknown}"
 
 
@@ -107,11 +108,12 @@ def test_idle_stack_fires_only_the_watchdog_and_alertmanager_receives_it(native_
     deadline = time.monotonic() + 60
     names: set[str] = set()
     while time.monotonic() < deadline:
-        names = {a["labels"]["alertname"] for a in requests.get(f"{am}/api/v2/alerts", timeout=10).json()}
+        names = {a["labels"]["alertname"] for a in requests.get(f"{am}/api/v2/alerts", timeout=10,
+                                                                 auth=webauth.auth_for(am)).json()}
         if "Watchdog" in names:
             break
         time.sleep(2)
     assert names == {"Watchdog"}, names
     # The native Alertmanager runs the rendered config: the healer webhook on loopback with a token file.
-    config = requests.get(f"{am}/api/v2/status", timeout=10).json()["config"]["original"]
+    config = requests.get(f"{am}/api/v2/status", timeout=10, auth=webauth.auth_for(am)).json()["config"]["original"]
     assert "remediation" in config and "credentials_file" in config and "127.0.0.1" in config

@@ -1,0 +1,40 @@
+"""How series are named and joined on Kubernetes: the one place the chart's scrape jobs, the rules'
+selectors and host labels, and the model label the healer acts on are defined.
+
+The chart's PodMonitors/ServiceMonitors relabel `job` to these fixed names (prometheus-operator
+would otherwise call it <namespace>/<monitor name>, which depends on the release name), so the
+rules can be generated before anyone installs the chart.
+"""
+
+from __future__ import annotations
+
+# `job` of each target the chart scrapes, and kube-prometheus-stack's node exporter.
+JOBS = {
+    "vllm": "leakwatch-vllm",
+    "exporter": "leakwatch-exporter",
+    "healer": "leakwatch-healer",
+    "node": "node-exporter",   # kube-prometheus-stack's prometheus-node-exporter subchart
+    # NVIDIA's dcgm-exporter chart installed as docs/kubernetes.md says (release dcgm-exporter): its
+    # ServiceMonitor keeps the operator's default job, the Service's name.
+    "dcgm": "dcgm-exporter",
+}
+
+# config/healer.yaml names remediable jobs as compose and the native runner scrape them; the chart's
+# healer is told their Kubernetes names.
+REMEDIABLE_JOB_NAMES = {"leakwatch": JOBS["exporter"], "dcgm": JOBS["dcgm"]}
+
+# One replica is one pod: every join between vLLM, the exporter sidecar and DCGM (with
+# dcgm-exporter's pod attribution) is on these. The node exporter's series carry its own pod, so
+# node-level terms (swap, MemAvailable) do not join; a pod's memory limit bounds it instead.
+HOST_LABELS = ["namespace", "pod"]
+
+# Pod label naming the model profile; the healer evicts only pods carrying it.
+MODEL_LABEL = "leakwatch.dev/model"
+
+
+def rule_selectors(base: dict[str, str]) -> dict[str, str]:
+    """config/alerts.yaml's selectors with the scrape jobs renamed to the chart's."""
+    selectors = dict(base)
+    selectors["vllm"] = f'job="{JOBS["vllm"]}"'
+    selectors["node"] = f'job="{JOBS["node"]}"'
+    return selectors
