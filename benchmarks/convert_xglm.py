@@ -68,8 +68,14 @@ def build_checkpoint(folder: Path, layers: int, d_model: int) -> tuple[int, int]
     import torch
     from transformers import XGLMConfig, XGLMForCausalLM
 
-    config = XGLMConfig(vocab_size=50261, d_model=d_model, ffn_dim=4 * d_model, num_layers=layers,
-                        attention_heads=d_model // 128, max_position_embeddings=2048)
+    config = XGLMConfig(
+        vocab_size=50261,
+        d_model=d_model,
+        ffn_dim=4 * d_model,
+        num_layers=layers,
+        attention_heads=d_model // 128,
+        max_position_embeddings=2048,
+    )
     torch.manual_seed(0)
     model = XGLMForCausalLM(config).half()
     folder.mkdir(parents=True)
@@ -81,8 +87,9 @@ def build_checkpoint(folder: Path, layers: int, d_model: int) -> tuple[int, int]
 
 
 def run_child(mode: str, src: Path, dst: Path) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD, mode, str(src), str(dst)],
-                            capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(src), str(dst)], capture_output=True, text=True, timeout=1800
+    )
     if result.returncode != 0:
         raise SystemExit(f"{mode} conversion failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -91,12 +98,17 @@ def run_child(mode: str, src: Path, dst: Path) -> dict:
 def measure(root: Path, layers: int, d_model: int) -> dict:
     started = time.monotonic()
     size, largest = build_checkpoint(root / f"src-{layers}", layers, d_model)
-    print(f"built a {size / 1e6:.0f} MB fp16 XGLM checkpoint ({layers} layers) in {time.monotonic() - started:.0f} s "
-          f"(largest tensor {largest / 1e6:.0f} MB)", flush=True)
+    print(
+        f"built a {size / 1e6:.0f} MB fp16 XGLM checkpoint ({layers} layers) in {time.monotonic() - started:.0f} s "
+        f"(largest tensor {largest / 1e6:.0f} MB)",
+        flush=True,
+    )
     result = {"size": size, "largest": largest}
     for mode in ("streaming", "naive"):
         result[mode] = run_child(mode, root / f"src-{layers}", root / f"{mode}-{layers}")
-        print(f"  {mode:9s} peak anon +{result[mode]['peak_anon_mb']:.0f} MB, {result[mode]['seconds']:.1f} s", flush=True)
+        print(
+            f"  {mode:9s} peak anon +{result[mode]['peak_anon_mb']:.0f} MB, {result[mode]['seconds']:.1f} s", flush=True
+        )
     return result
 
 

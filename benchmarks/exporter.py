@@ -101,11 +101,33 @@ def exporters(vllm_url: str):
     """Our exporter (default settings) and node exporter on free ports: name -> (metrics URL, pid)."""
     ours, node = free_port(), free_port()
     procs = {
-        "exporter": (subprocess.Popen([sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", vllm_url,
-                                       "--listen-address", "127.0.0.1", "--port", str(ours)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), ours),
-        "node": (subprocess.Popen([binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{node}"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), node),
+        "exporter": (
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "leakwatch",
+                    "exporter",
+                    "--vllm-url",
+                    vllm_url,
+                    "--listen-address",
+                    "127.0.0.1",
+                    "--port",
+                    str(ours),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            ),
+            ours,
+        ),
+        "node": (
+            subprocess.Popen(
+                [binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{node}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            ),
+            node,
+        ),
     }
     try:
         targets = {}
@@ -140,8 +162,11 @@ def main() -> int:
         targets = {name: url for name, (url, _) in running.items()}
         pids = {name: pid for name, (_, pid) in running.items()}
         for i in range(20):  # populate vLLM's histograms and counters
-            requests.post(f"{vllm_url}/v1/completions", timeout=60,
-                          json={"model": model, "prompt": f"bench {i}", "max_tokens": 16}).raise_for_status()
+            requests.post(
+                f"{vllm_url}/v1/completions",
+                timeout=60,
+                json={"model": model, "prompt": f"bench {i}", "max_tokens": 16},
+            ).raise_for_status()
         sessions = {name: requests.Session() for name in targets}
         for name, url in targets.items():
             scrape(sessions[name], url)  # first scrape: connection, NVML probe, smaps cache filled
@@ -164,16 +189,22 @@ def main() -> int:
 
         uncached, cached = smaps_cost(int(vllm_url.rsplit(":", 1)[1]))
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs during the run")
-        print(f"exporter: waiting for vLLM's own /metrics (fetched in parallel with /proc): median "
-              f"{statistics.median(waits['exporter']):.1f} ms per scrape")
+        print(
+            f"exporter: waiting for vLLM's own /metrics (fetched in parallel with /proc): median "
+            f"{statistics.median(waits['exporter']):.1f} ms per scrape"
+        )
         results = {}
         for name in targets:
             values = sorted(latencies[name])
             results[name] = (statistics.median(values), values[int(0.9 * (len(values) - 1))])
-            print(f"{name:<9} scrapes={len(values)} median_ms={results[name][0]:.1f} p90_ms={results[name][1]:.1f} "
-                  f"cpu_pct={cpu_pct[name]:.3f} (paced every {args.interval:g}s for {wall:.0f}s)")
-        print(f"smaps_rollup of vLLM's processes: {uncached:.1f} ms CPU per scrape when read every time, "
-              f"{cached:.2f} ms cached (the exporter re-reads it every 60 s per process)")
+            print(
+                f"{name:<9} scrapes={len(values)} median_ms={results[name][0]:.1f} p90_ms={results[name][1]:.1f} "
+                f"cpu_pct={cpu_pct[name]:.3f} (paced every {args.interval:g}s for {wall:.0f}s)"
+            )
+        print(
+            f"smaps_rollup of vLLM's processes: {uncached:.1f} ms CPU per scrape when read every time, "
+            f"{cached:.2f} ms cached (the exporter re-reads it every 60 s per process)"
+        )
         print(f"exporter: scrape_ms={results['exporter'][0]:.1f} cpu_pct={cpu_pct['exporter']:.2f}")
     return 0
 

@@ -24,8 +24,16 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.healer_support import (alert, healer_process, metric, notification, start_healer_process,  # noqa: E402
-                                  stop_healer, supervised_standin, wait_for)
+from tests.healer_support import (  # noqa: E402
+    alert,
+    healer_process,
+    metric,
+    notification,
+    start_healer_process,
+    stop_healer,
+    supervised_standin,
+    wait_for,
+)
 from tests.test_healer_alertmanager_auth import real_alertmanager, remediation_alert  # noqa: E402
 
 TARGET = "leakwatch=127.0.0.1:9405"
@@ -60,14 +68,18 @@ def main() -> int:
             resp = healer.post(episode())
             ok = resp.status_code == 202 and restarted_once(before)
             if not ok:
-                print(f"  a genuine episode got HTTP {resp.status_code} {resp.text[:200]!r}; starts {before} -> "
-                      f"{len(target.starts())}")
+                print(
+                    f"  a genuine episode got HTTP {resp.status_code} {resp.text[:200]!r}; starts {before} -> "
+                    f"{len(target.starts())}"
+                )
             lost += 0 if ok else 1
             return ok
 
         state = folder / "state" / "state.json"
-        with healer_process(target, folder, "--target", TARGET, state_file=state, cooldown_s=0,
-                            max_restarts_per_hour=1000) as healer:
+        with healer_process(
+            target, folder, "--target", TARGET, state_file=state, cooldown_s=0, max_restarts_per_hour=1000
+        ) as healer:
+
             def refused(name: str, send) -> None:
                 before = len(target.starts())
                 status = send()
@@ -85,21 +97,47 @@ def main() -> int:
             body = notification(alert(fingerprint="aaaa", starts_at=time.time()))
             refused("no token", lambda: healer.post(body, token=None).status_code)
             refused("wrong token", lambda: healer.post(body, token=healer.token[:-1] + "x").status_code)
-            refused("forged alertname", lambda: healer.post(episode() | {"alerts": [alert(
-                name="TotallyNotALeak", fingerprint="bbbb", starts_at=time.time())]}).status_code)
-            refused("foreign instance", lambda: healer.post(notification(alert(
-                fingerprint="cccc", starts_at=time.time(), instance="other-host:9405"))).status_code)
-            refused("foreign job", lambda: healer.post(notification(alert(
-                fingerprint="dddd", starts_at=time.time(), job="node"))).status_code)
+            refused(
+                "forged alertname",
+                lambda: (
+                    healer.post(
+                        episode()
+                        | {"alerts": [alert(name="TotallyNotALeak", fingerprint="bbbb", starts_at=time.time())]}
+                    ).status_code
+                ),
+            )
+            refused(
+                "foreign instance",
+                lambda: (
+                    healer.post(
+                        notification(alert(fingerprint="cccc", starts_at=time.time(), instance="other-host:9405"))
+                    ).status_code
+                ),
+            )
+            refused(
+                "foreign job",
+                lambda: (
+                    healer.post(notification(alert(fingerprint="dddd", starts_at=time.time(), job="node"))).status_code
+                ),
+            )
             import json
+
             data = json.dumps(body).encode()
-            refused("duplicate Authorization", lambda: raw(
-                f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nAuthorization: Bearer "
-                f"{healer.token}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-                + data))
-            refused("Content-Length 1_0", lambda: raw(
-                f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {healer.token}\r\n"
-                f"Content-Length: 1_0\r\n\r\n{{}}".encode()))
+            refused(
+                "duplicate Authorization",
+                lambda: raw(
+                    f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nAuthorization: Bearer "
+                    f"{healer.token}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                ),
+            )
+            refused(
+                "Content-Length 1_0",
+                lambda: raw(
+                    f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {healer.token}\r\n"
+                    f"Content-Length: 1_0\r\n\r\n{{}}".encode()
+                ),
+            )
 
             # Faults, each followed by a genuine episode that must restart the target exactly once.
             state.with_suffix(".tmp").mkdir(parents=True)
@@ -132,6 +170,7 @@ def main() -> int:
                         s.sendall(b"POST /alerts HTTP/1.1\r\n" + (b"X-Fat: " + b"a" * 65000 + b"\r\n") * 98)
                 except OSError:
                     pass
+
             threads = [threading.Thread(target=fat) for _ in range(40)]
             for t in threads:
                 t.start()
@@ -160,18 +199,38 @@ def main() -> int:
             before = len(target.starts())
             resp = second.post(episode())
             time.sleep(2)
-            faults["healer restart keeps its cap"] = ok_first and resp.status_code == 200 and \
-                resp.json()["alerts"][0]["decision"] == "rate_limited" and len(target.starts()) == before
+            faults["healer restart keeps its cap"] = (
+                ok_first
+                and resp.status_code == 200
+                and resp.json()["alerts"][0]["decision"] == "rate_limited"
+                and len(target.starts()) == before
+            )
 
         # Through a real Alertmanager with our credentials and routing.
-        with healer_process(target, folder, "--target", TARGET, cooldown_s=0) as healer, \
-                real_alertmanager(folder, healer.url, folder / "token") as (am, auth):
-            refused("unauthenticated Alertmanager alert", lambda: requests.post(
-                f"{am}/api/v2/alerts", json=remediation_alert(), timeout=10).status_code)
-            refused("unauthenticated Alertmanager silence", lambda: requests.post(
-                f"{am}/api/v2/silences", json={"matchers": [{"name": "alertname", "value": ".+", "isRegex": True}],
-                                               "createdBy": "x", "comment": "x", "startsAt": "2026-01-01T00:00:00Z",
-                                               "endsAt": "2099-01-01T00:00:00Z"}, timeout=10).status_code)
+        with (
+            healer_process(target, folder, "--target", TARGET, cooldown_s=0) as healer,
+            real_alertmanager(folder, healer.url, folder / "token") as (am, auth),
+        ):
+            refused(
+                "unauthenticated Alertmanager alert",
+                lambda: requests.post(f"{am}/api/v2/alerts", json=remediation_alert(), timeout=10).status_code,
+            )
+            refused(
+                "unauthenticated Alertmanager silence",
+                lambda: (
+                    requests.post(
+                        f"{am}/api/v2/silences",
+                        json={
+                            "matchers": [{"name": "alertname", "value": ".+", "isRegex": True}],
+                            "createdBy": "x",
+                            "comment": "x",
+                            "startsAt": "2026-01-01T00:00:00Z",
+                            "endsAt": "2099-01-01T00:00:00Z",
+                        },
+                        timeout=10,
+                    ).status_code
+                ),
+            )
             before = len(target.starts())
             requests.post(f"{am}/api/v2/alerts", json=remediation_alert(), auth=auth, timeout=10)
             if not restarted_once(before, timeout=60):
@@ -179,8 +238,10 @@ def main() -> int:
 
     for name, ok in {**attacks, **faults}.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
-    print(f"faults: attacks_refused={sum(attacks.values())}/{len(attacks)} "
-          f"faults_recovered={sum(faults.values())}/{len(faults)} storm_restarts={storm_restarts} lost_alerts={lost}")
+    print(
+        f"faults: attacks_refused={sum(attacks.values())}/{len(attacks)} "
+        f"faults_recovered={sum(faults.values())}/{len(faults)} storm_restarts={storm_restarts} lost_alerts={lost}"
+    )
     return 0 if all(attacks.values()) and all(faults.values()) and storm_restarts <= 1 and lost == 0 else 1
 
 

@@ -55,22 +55,22 @@ class Plan:
     gpu: str | None
     gpu_count: int
     tensor_parallel_size: int
-    memory_bytes_per_gpu: int          # the card's memory (CUDA's total), or the CPU KV space
+    memory_bytes_per_gpu: int  # the card's memory (CUDA's total), or the CPU KV space
     gpu_memory_utilization: float | None
-    budget_bytes_per_gpu: int          # what vLLM may use on each GPU
+    budget_bytes_per_gpu: int  # what vLLM may use on each GPU
     weights_bytes: int
     weights_bytes_per_gpu: int
     activation_bytes_per_gpu: int
     cuda_graph_bytes_per_gpu: int
     non_torch_bytes_per_gpu: int
     kv_cache_bytes_per_gpu: int
-    kv_bytes_per_token: int            # the whole model (all layers, all KV heads)
+    kv_bytes_per_token: int  # the whole model (all layers, all KV heads)
     kv_bytes_per_token_per_gpu: int
     block_size: int
     kv_blocks: int
     kv_tokens: int
     max_model_len: int
-    max_full_length_sequences: float   # what vLLM logs as "Maximum concurrency for N tokens"
+    max_full_length_sequences: float  # what vLLM logs as "Maximum concurrency for N tokens"
 
     def as_dict(self) -> dict:
         return asdict(self)

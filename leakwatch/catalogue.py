@@ -18,8 +18,22 @@ from .paths import CONFIG_DIR
 METRICS_DIR = CONFIG_DIR / "metrics"
 
 PROMQL_KEYWORDS = {
-    "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-    "bool", "offset", "inf", "nan", "atan2", "start", "end",
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
+    "start",
+    "end",
 }
 # Clauses whose parenthesised list holds label names, not metrics.
 _LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", re.I)
@@ -44,7 +58,7 @@ def metric_names(expr: str) -> set[str]:
     # The look-behind in _IDENT keeps the tails of numbers and durations (1e3, 1w) out.
     for match in _IDENT.finditer(text):
         word = match.group(0)
-        rest = text[match.end():].lstrip()
+        rest = text[match.end() :].lstrip()
         if word.lower() in PROMQL_KEYWORDS or rest.startswith("("):
             continue
         names.add(word)
@@ -130,8 +144,13 @@ def scrape_names(url: str, timeout: float = 10.0) -> set[str]:
 
 # Series Prometheus makes itself instead of scraping them: scrape metadata per target, alert state.
 PROMETHEUS_SYNTHETIC = {
-    "up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
-    "scrape_series_added", "ALERTS", "ALERTS_FOR_STATE",
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+    "ALERTS",
+    "ALERTS_FOR_STATE",
 }
 
 

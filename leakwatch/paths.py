@@ -20,4 +20,3 @@ def state_dir() -> Path:
     LEAKWATCH_STATE_DIR lets tests and parallel checkouts run separate stacks side by side.
     """
     return Path(os.environ.get("LEAKWATCH_STATE_DIR", REPO_ROOT / ".stack")).resolve()
-

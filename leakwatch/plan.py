@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 
-from . import capacity
-from . import profiles as model_profiles
+from . import capacity, profiles as model_profiles
 
 GIB = capacity.GIB
 
@@ -19,7 +18,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("profile", help=f"one of {', '.join(model_profiles.available())}")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        dest="overrides",
         help="override a profile setting for this plan (repeatable), e.g. vllm.max_model_len=4096",
     )
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import yaml
 
@@ -32,8 +32,14 @@ KV_CACHE_DTYPES = ("auto", "fp8")
 # The only generation-config keys vLLM applies as server-side defaults
 # (vllm.config.model.ModelConfig.get_diff_sampling_param); any other key would be silently ignored.
 GENERATION_KEYS = (
-    "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "temperature", "top_k", "top_p", "min_p", "max_new_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "max_new_tokens",
 )
 VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -72,8 +78,11 @@ def _folder(value) -> str | None:
 
 
 def _list_of(kind: type) -> Callable[[Any], str | None]:
-    return lambda value: None if all(isinstance(v, kind) and not isinstance(v, bool) for v in value) \
+    return lambda value: (
+        None
+        if all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
         else f"must be a list of {kind.__name__}"
+    )
 
 
 INT, NUM, STR, BOOL, LIST, DICT = (int,), (int, float), (str,), (bool,), (list,), (dict,)
@@ -81,10 +90,10 @@ INT, NUM, STR, BOOL, LIST, DICT = (int,), (int, float), (str,), (bool,), (list,)
 SCHEMA: dict[str, dict[str, Key]] = {
     "model": {
         "source": Key(STR, check=_one_of(*MODEL_SOURCES)),
-        "id": Key(STR, required=False),               # required unless source is demo
-        "revision": Key(STR, required=False),         # required unless source is demo
+        "id": Key(STR, required=False),  # required unless source is demo
+        "revision": Key(STR, required=False),  # required unless source is demo
         "served_name": Key(STR),
-        "convert": Key(DICT, required=False),         # required when source is converted
+        "convert": Key(DICT, required=False),  # required when source is converted
     },
     "hardware": {
         "device": Key(STR, check=_one_of(*DEVICES)),
@@ -139,8 +148,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
 }
 CONVERT_SCHEMA = {
     "tool": Key(STR, check=_one_of(*CONVERTERS)),
-    "service": Key(STR, check=_folder),   # the compose one-shot service that runs it
-    "output": Key(STR, check=_folder),    # folder in the models volume that vLLM serves
+    "service": Key(STR, check=_folder),  # the compose one-shot service that runs it
+    "output": Key(STR, check=_folder),  # folder in the models volume that vLLM serves
 }
 OPTIONAL_SECTIONS = ("generation", "client", "capacity")
 
@@ -199,9 +208,7 @@ def load(name: str, overrides: list[str] | None = None) -> Profile:
     """
     path = PROFILES_DIR / f"{name}.yaml"
     if not name or "/" in name or not path.is_file():
-        raise LeakwatchError(
-            f"unknown model profile {name!r}; valid profiles: {', '.join(available())}"
-        )
+        raise LeakwatchError(f"unknown model profile {name!r}; valid profiles: {', '.join(available())}")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -226,9 +233,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if section not in SCHEMA:
             raise LeakwatchError(f"--set {item!r}: unknown section {section!r}; sections: {', '.join(SCHEMA)}")
         if key not in SCHEMA[section]:
-            raise LeakwatchError(
-                f"--set {item!r}: unknown key {section}.{key}; keys: {', '.join(SCHEMA[section])}"
-            )
+            raise LeakwatchError(f"--set {item!r}: unknown key {section}.{key}; keys: {', '.join(SCHEMA[section])}")
         try:
             value = yaml.safe_load(text) if text.strip() else None
         except yaml.YAMLError as exc:
@@ -244,9 +249,7 @@ def _check_section(values, schema: dict[str, Key], where: str, path: Path) -> di
         raise LeakwatchError(f"{path}: {where!r} must be a mapping")
     unknown = sorted(set(values) - set(schema))
     if unknown:
-        raise LeakwatchError(
-            f"{path}: unknown key {where}.{unknown[0]}; valid keys of {where!r}: {', '.join(schema)}"
-        )
+        raise LeakwatchError(f"{path}: unknown key {where}.{unknown[0]}; valid keys of {where!r}: {', '.join(schema)}")
     for key, spec in schema.items():
         if key not in values:
             if spec.required:
@@ -331,13 +334,20 @@ def vllm_engine_args(profile: Profile, model_path: str) -> list[str]:
     """The engine arguments for `vllm serve` / the OpenAI API server, without host and port."""
     v = profile.vllm
     args = [
-        "--model", model_path,
-        "--served-model-name", profile.served_name,
-        "--dtype", str(v["dtype"]),
-        "--max-model-len", str(v["max_model_len"]),
-        "--max-num-seqs", str(v["max_num_seqs"]),
-        "--max-num-batched-tokens", str(v["max_num_batched_tokens"]),
-        "--tensor-parallel-size", str(v["tensor_parallel_size"]),
+        "--model",
+        model_path,
+        "--served-model-name",
+        profile.served_name,
+        "--dtype",
+        str(v["dtype"]),
+        "--max-model-len",
+        str(v["max_model_len"]),
+        "--max-num-seqs",
+        str(v["max_num_seqs"]),
+        "--max-num-batched-tokens",
+        str(v["max_num_batched_tokens"]),
+        "--tensor-parallel-size",
+        str(v["tensor_parallel_size"]),
     ]
     # A converted model's revision is its source's; vLLM serves the local conversion.
     if profile.source == "huggingface":

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import compose_runner
-from . import profiles as model_profiles
+from . import compose_runner, profiles as model_profiles
 from .errors import LeakwatchError
 from .native.runner import NativeStack
 
@@ -24,10 +23,16 @@ def choose_runner(requested: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["up", "down", "status", "logs"])
-    parser.add_argument("--model", default=os.environ.get("MODEL") or model_profiles.DEFAULT_PROFILE,
-                        help=f"model profile (env MODEL); one of {', '.join(model_profiles.available())}")
-    parser.add_argument("--runner", default=os.environ.get("STACK", "auto"),
-                        help="auto (compose when a Docker engine answers), compose or native (env STACK)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("MODEL") or model_profiles.DEFAULT_PROFILE,
+        help=f"model profile (env MODEL); one of {', '.join(model_profiles.available())}",
+    )
+    parser.add_argument(
+        "--runner",
+        default=os.environ.get("STACK", "auto"),
+        help="auto (compose when a Docker engine answers), compose or native (env STACK)",
+    )
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
 
 

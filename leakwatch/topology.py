@@ -40,10 +40,7 @@ COMPOSE_TARGETS_DIR = "/etc/prometheus/targets"
 
 
 def native_jobs(settings: StackSettings, targets_dir: Path | None = None) -> list[ScrapeJob]:
-    jobs = [
-        ScrapeJob(job, [f"127.0.0.1:{settings.service(service).port}"])
-        for job, service in CORE_JOBS.items()
-    ]
+    jobs = [ScrapeJob(job, [f"127.0.0.1:{settings.service(service).port}"]) for job, service in CORE_JOBS.items()]
     if targets_dir is not None:
         jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(str(Path(targets_dir) / LOADGEN_FILES),)))
     return jobs

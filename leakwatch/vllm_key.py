@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from .errors import LeakwatchError
 
-KEY_FILE = "vllm-api-key"          # in the stack's secrets folder
+KEY_FILE = "vllm-api-key"  # in the stack's secrets folder
 KEY_FILE_ENV = "VLLM_API_KEY_FILE"
 MIN_LENGTH = 16
 
@@ -53,8 +53,10 @@ def key_for(url: str | None) -> str | None:
         return None
     parsed = urlparse(url)
     settings = load_settings()
-    if parsed.hostname not in ("127.0.0.1", "localhost", "::1", settings.bind_address) or \
-            parsed.port != settings.service("vllm").port:
+    if (
+        parsed.hostname not in ("127.0.0.1", "localhost", "::1", settings.bind_address)
+        or parsed.port != settings.service("vllm").port
+    ):
         return None
     path = StateLayout.current().secrets / KEY_FILE
     return read(path) if path.exists() else None

@@ -13,24 +13,34 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 from .errors import LeakwatchError
 from .native.ports import free_port
 
 
 @contextlib.contextmanager
-def running(engine_args: list[str], log: Path, env: dict[str, str] | None = None,
-            ready_timeout_s: float = 600) -> Iterator[str]:
+def running(
+    engine_args: list[str], log: Path, env: dict[str, str] | None = None, ready_timeout_s: float = 600
+) -> Iterator[str]:
     """Starts `python -m vllm.entrypoints.openai.api_server ENGINE_ARGS` on 127.0.0.1 and yields its URL."""
     port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *engine_args,
-               "--host", "127.0.0.1", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *engine_args,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with open(log, "w") as out:
         # Its own process group, so EngineCore and the workers stop with it.
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout_s
@@ -38,7 +48,9 @@ def running(engine_args: list[str], log: Path, env: dict[str, str] | None = None
             if proc.poll() is not None:
                 raise LeakwatchError(f"vLLM exited with {proc.returncode}; the end of {log}:\n" + _tail(log))
             if time.monotonic() > deadline:
-                raise LeakwatchError(f"vLLM not healthy after {ready_timeout_s:.0f} s; the end of {log}:\n" + _tail(log))
+                raise LeakwatchError(
+                    f"vLLM not healthy after {ready_timeout_s:.0f} s; the end of {log}:\n" + _tail(log)
+                )
             time.sleep(1)
         yield url
     finally:

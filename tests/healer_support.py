@@ -56,7 +56,13 @@ def supervised_standin():
     layout = StateLayout(short_state_dir("lw-heal-"))
     layout.make_dirs()
     port = free_port()
-    program = Program("vllm", "vllm", [sys.executable, str(STANDIN), str(port), str(layout.root / "starts.log")], "/health", stop_wait_s=5)
+    program = Program(
+        "vllm",
+        "vllm",
+        [sys.executable, str(STANDIN), str(port), str(layout.root / "starts.log")],
+        "/health",
+        stop_wait_s=5,
+    )
     layout.supervisord_conf.write_text(supervisor.render_conf(layout, [program], {}))
     subprocess.run([str(Path(sys.executable).with_name("supervisord")), "-c", str(layout.supervisord_conf)], check=True)
     target = Target(layout, f"http://127.0.0.1:{port}")
@@ -80,8 +86,14 @@ def supervised_standin():
 @contextlib.contextmanager
 def running_healer(target: Target, state_file: Path | None = None, **overrides):
     cfg = dataclasses.replace(heal_config.load(), **{"idle_wait_s": 1.0, "ready_timeout_s": 60.0, **overrides})
-    healer = Healer(cfg, TOKEN, Policy(cfg, state_file), SupervisorRestarter(target.layout.supervisor_socket),
-                    VllmProbe(target.url), HealerMetrics())
+    healer = Healer(
+        cfg,
+        TOKEN,
+        Policy(cfg, state_file),
+        SupervisorRestarter(target.layout.supervisor_socket),
+        VllmProbe(target.url),
+        HealerMetrics(),
+    )
     server = serve(healer, "127.0.0.1", free_port())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
@@ -98,21 +110,41 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def alert(status: str = "firing", name: str = "HostMemoryLeak", remediate: str | None = "true",
-          fingerprint: str = "a1b2c3d4e5f60718", starts_at: float | None = None, **labels) -> dict:
-    all_labels = {"alertname": name, "severity": "critical", "job": "leakwatch", "instance": "127.0.0.1:9405",
-                  **labels}
+def alert(
+    status: str = "firing",
+    name: str = "HostMemoryLeak",
+    remediate: str | None = "true",
+    fingerprint: str = "a1b2c3d4e5f60718",
+    starts_at: float | None = None,
+    **labels,
+) -> dict:
+    all_labels = {"alertname": name, "severity": "critical", "job": "leakwatch", "instance": "127.0.0.1:9405", **labels}
     if remediate is not None:
         all_labels["remediate"] = remediate
-    return {"status": status, "labels": all_labels, "annotations": {"summary": "test"},
-            "startsAt": rfc3339(starts_at if starts_at is not None else time.time() - 60),
-            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus/graph", "fingerprint": fingerprint}
+    return {
+        "status": status,
+        "labels": all_labels,
+        "annotations": {"summary": "test"},
+        "startsAt": rfc3339(starts_at if starts_at is not None else time.time() - 60),
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://prometheus/graph",
+        "fingerprint": fingerprint,
+    }
 
 
 def notification(*alerts: dict, status: str = "firing") -> dict:
-    return {"version": "4", "groupKey": "{}:{alertname=\"x\"}", "truncatedAlerts": 0, "status": status,
-            "receiver": "remediation", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://alertmanager:9093", "alerts": list(alerts)}
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="x"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "remediation",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": list(alerts),
+    }
 
 
 def post(url: str, body, token: str | None = TOKEN, headers: dict | None = None) -> requests.Response:
@@ -137,6 +169,7 @@ def metric(url: str, name: str, **labels) -> float:
 @dataclasses.dataclass
 class HealerProcess:
     """A real `leakwatch heal` process; its log goes to a file the test reads."""
+
     proc: subprocess.Popen
     url: str
     log: Path
@@ -178,16 +211,31 @@ def policy_file(folder: Path, **overrides) -> Path:
     return path
 
 
-def start_healer_process(target: Target, folder: Path, *extra: str, state_file: Path | None = None,
-                         wait: bool = True, **policy) -> HealerProcess:
+def start_healer_process(
+    target: Target, folder: Path, *extra: str, state_file: Path | None = None, wait: bool = True, **policy
+) -> HealerProcess:
     from leakwatch.heal.token import ensure_file
 
     token_file = ensure_file(folder / "token")
     port = free_port()
     log = folder / f"healer-{port}.log"
-    args = [sys.executable, "-m", "leakwatch", "heal", "--token-file", str(token_file), "--port", str(port),
-            "--supervisor-socket", str(target.layout.supervisor_socket), "--vllm-url", target.url,
-            "--config", str(policy_file(folder, **policy)), *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "leakwatch",
+        "heal",
+        "--token-file",
+        str(token_file),
+        "--port",
+        str(port),
+        "--supervisor-socket",
+        str(target.layout.supervisor_socket),
+        "--vllm-url",
+        target.url,
+        "--config",
+        str(policy_file(folder, **policy)),
+        *extra,
+    ]
     if state_file is not None:
         args += ["--state-file", str(state_file)]
     with open(log, "w") as fh:

@@ -47,8 +47,21 @@ def crd_models() -> Path:
     if shutil.which("npm") is None:
         raise RuntimeError("npm is missing: scripts/bootstrap.sh --dev installs it (Debian's npm)")
     CRD_MODELS_DIR.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["npm", "install", "--prefix", str(CRD_MODELS_DIR), "--no-audit", "--no-fund", "--no-save",
-                    f"{CRD_MODELS_PACKAGE}@{CRD_MODELS_VERSION}"], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            "npm",
+            "install",
+            "--prefix",
+            str(CRD_MODELS_DIR),
+            "--no-audit",
+            "--no-fund",
+            "--no-save",
+            f"{CRD_MODELS_PACKAGE}@{CRD_MODELS_VERSION}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return CRD_MODELS_DIR
 
 
@@ -56,8 +69,9 @@ def validate_crd_objects(objects: list[dict]) -> list[str]:
     root = crd_models()
     script = root / "validate.mjs"
     script.write_text(VALIDATOR)
-    done = subprocess.run(["node", str(script), str(root)], input=json.dumps(objects), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["node", str(script), str(root)], input=json.dumps(objects), capture_output=True, text=True, timeout=120
+    )
     if done.returncode != 0:
         raise RuntimeError(f"validator failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)

@@ -32,12 +32,22 @@ class StandinPod:
     deleting: bool = False
 
     def to_json(self, namespace: str) -> dict:
-        meta = {"name": self.name, "namespace": namespace, "labels": self.labels, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name))}
+        meta = {
+            "name": self.name,
+            "namespace": namespace,
+            "labels": self.labels,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, self.name)),
+        }
         if self.deleting:
             meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return {
-            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if self.ready and not self.deleting else "False"}]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if self.ready and not self.deleting else "False"}],
+            },
         }
 
 
@@ -56,12 +66,14 @@ class StandinCluster:
     pdbs: list[StandinPDB] = field(default_factory=list)
     grace_s: float = 0.3
     ready_s: float = 0.3
-    requests: list[tuple[str, str, int]] = field(default_factory=list)   # (method, path, status)
+    requests: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def allowed(self, verb: str, resource: str) -> bool:
-        return any(resource in r.get("resources", []) and verb in r.get("verbs", []) and "" in r.get("apiGroups", [])
-                   for r in self.role_rules)
+        return any(
+            resource in r.get("resources", []) and verb in r.get("verbs", []) and "" in r.get("apiGroups", [])
+            for r in self.role_rules
+        )
 
     def disruptions_allowed(self, pod: StandinPod) -> bool:
         for pdb in self.pdbs:
@@ -79,7 +91,9 @@ class StandinCluster:
             time.sleep(self.grace_s)
             with self.lock:
                 self.pods.pop(pod.name, None)
-                replacement = StandinPod(f"{pod.name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}", dict(pod.labels), ready=False)
+                replacement = StandinPod(
+                    f"{pod.name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}", dict(pod.labels), ready=False
+                )
                 self.pods[replacement.name] = replacement
             time.sleep(self.ready_s)
             with self.lock:
@@ -89,8 +103,14 @@ class StandinCluster:
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure" if code >= 400 else "Success",
-            "reason": reason, "message": message, "code": code}
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure" if code >= 400 else "Success",
+        "reason": reason,
+        "message": message,
+        "code": code,
+    }
 
 
 def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -132,14 +152,18 @@ def make_handler(cluster: StandinCluster):
                 return self._get(namespace, name)
             if self.command == "POST" and sub == "eviction":
                 return self._evict(namespace, name)
-            verb = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(self.command, "?")
+            verb = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
+                self.command, "?"
+            )
             if not cluster.allowed(verb, f"pods/{sub}" if sub else "pods"):
                 return self._send(403, _status(403, "Forbidden", f"cannot {verb} pods"))
             return self._send(405, _status(405, "MethodNotAllowed", "not served by the stand-in"))
 
         def _forbidden_unless(self, verb: str, resource: str, namespace: str) -> bool:
             if namespace != cluster.namespace or not cluster.allowed(verb, resource):
-                self._send(403, _status(403, "Forbidden", f'{resource} is forbidden: cannot {verb} in namespace "{namespace}"'))
+                self._send(
+                    403, _status(403, "Forbidden", f'{resource} is forbidden: cannot {verb} in namespace "{namespace}"')
+                )
                 return True
             return False
 
@@ -171,7 +195,9 @@ def make_handler(cluster: StandinCluster):
             if body.get("apiVersion", "policy/v1") != "policy/v1" or body.get("kind", "Eviction") != "Eviction":
                 return self._send(400, _status(400, "BadRequest", "expected a policy/v1 Eviction"))
             if (body.get("metadata") or {}).get("name") != name:
-                return self._send(400, _status(400, "BadRequest", "name in URL does not match the Eviction's metadata.name"))
+                return self._send(
+                    400, _status(400, "BadRequest", "name in URL does not match the Eviction's metadata.name")
+                )
             with cluster.lock:
                 pod = cluster.pods.get(name)
                 if pod is None:
@@ -179,8 +205,12 @@ def make_handler(cluster: StandinCluster):
                 if pod.deleting:
                     return self._send(201, _status(201, "", ""))
                 if not cluster.disruptions_allowed(pod):
-                    return self._send(429, _status(429, "TooManyRequests",
-                                                   "Cannot evict pod as it would violate the pod's disruption budget."))
+                    return self._send(
+                        429,
+                        _status(
+                            429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+                        ),
+                    )
                 cluster.evict(pod)
             self._send(201, _status(201, "", ""))
 

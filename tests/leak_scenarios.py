@@ -15,25 +15,30 @@ MB = 1_000_000
 @dataclass
 class Scenario:
     t: np.ndarray
-    requests: np.ndarray          # vllm:request_success_total (resets at restarts)
-    start_time: np.ndarray        # process_start_time_seconds of the API server
+    requests: np.ndarray  # vllm:request_success_total (resets at restarts)
+    start_time: np.ndarray  # process_start_time_seconds of the API server
     memory: dict[str, np.ndarray] = field(default_factory=dict)  # role -> bytes
     baseline_ready: np.ndarray | None = None
 
     def timeline(self, with_start_time: bool = True) -> Timeline:
-        return Timeline.build(self.t, self.requests, self.start_time if with_start_time else None,
-                              self.baseline_ready)
+        return Timeline.build(self.t, self.requests, self.start_time if with_start_time else None, self.baseline_ready)
 
     def series(self, headroom: float | None = None) -> list[MemorySeries]:
-        return [MemorySeries(f"host/{role}", "host", {"role": role}, "synthetic", self.t, values, headroom)
-                for role, values in self.memory.items()]
+        return [
+            MemorySeries(f"host/{role}", "host", {"role": role}, "synthetic", self.t, values, headroom)
+            for role, values in self.memory.items()
+        ]
 
     def drop(self, start: float, end: float) -> Scenario:
         """A hole in the data (Prometheus down, scrape failures) between two times."""
         keep = (self.t < start) | (self.t >= end)
-        return Scenario(self.t[keep], self.requests[keep], self.start_time[keep],
-                        {k: v[keep] for k, v in self.memory.items()},
-                        None if self.baseline_ready is None else self.baseline_ready[keep])
+        return Scenario(
+            self.t[keep],
+            self.requests[keep],
+            self.start_time[keep],
+            {k: v[keep] for k, v in self.memory.items()},
+            None if self.baseline_ready is None else self.baseline_ready[keep],
+        )
 
 
 def make(
@@ -91,8 +96,9 @@ def make(
     return Scenario(t, requests, start_time, {"api_server": memory})
 
 
-def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:8000",
-                   alerts: tuple[tuple[str, float, float], ...] = ()) -> str:
+def to_openmetrics(
+    s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:8000", alerts: tuple[tuple[str, float, float], ...] = ()
+) -> str:
     """The scenario as vLLM and exporter series (timestamps in seconds, `# EOF` last), for
     `promtool tsdb create-blocks-from openmetrics`; `alerts` (name, from, to) become ALERTS series."""
     lab = f'job="{job}",instance="{instance}"'
@@ -100,16 +106,22 @@ def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:80
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
     ]
-    out += [f'vllm:request_success_total{{{lab},model_name="demo",finished_reason="length"}} {r:.0f} {t:.3f}'
-            for t, r in zip(s.t, s.requests)]
+    out += [
+        f'vllm:request_success_total{{{lab},model_name="demo",finished_reason="length"}} {r:.0f} {t:.3f}'
+        for t, r in zip(s.t, s.requests)
+    ]
     out += ["# HELP process_start_time_seconds Start time of the process.", "# TYPE process_start_time_seconds gauge"]
     out += [f"process_start_time_seconds{{{lab}}} {st:.3f} {t:.3f}" for t, st in zip(s.t, s.start_time)]
     exp = 'job="leakwatch",instance="127.0.0.1:9405"'
-    out += ["# HELP leakwatch_process_resident_memory_bytes RSS per role.",
-            "# TYPE leakwatch_process_resident_memory_bytes gauge"]
+    out += [
+        "# HELP leakwatch_process_resident_memory_bytes RSS per role.",
+        "# TYPE leakwatch_process_resident_memory_bytes gauge",
+    ]
     for role, values in s.memory.items():
-        out += [f'leakwatch_process_resident_memory_bytes{{{exp},role="{role}",rank=""}} {v:.0f} {t:.3f}'
-                for t, v in zip(s.t, values)]
+        out += [
+            f'leakwatch_process_resident_memory_bytes{{{exp},role="{role}",rank=""}} {v:.0f} {t:.3f}'
+            for t, v in zip(s.t, values)
+        ]
     out += ["# HELP leakwatch_process_swap_bytes Swap per role.", "# TYPE leakwatch_process_swap_bytes gauge"]
     for role in s.memory:
         out += [f'leakwatch_process_swap_bytes{{{exp},role="{role}",rank=""}} 0 {t:.3f}' for t in s.t]
@@ -118,7 +130,10 @@ def to_openmetrics(s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:80
     if alerts:
         out += ["# HELP ALERTS Alerts as Prometheus records them.", "# TYPE ALERTS gauge"]
         for name, start, end in alerts:
-            out += [f'ALERTS{{alertname="{name}",alertstate="firing",severity="critical"}} 1 {t:.3f}'
-                    for t in s.t if start <= t <= end]
+            out += [
+                f'ALERTS{{alertname="{name}",alertstate="firing",severity="critical"}} 1 {t:.3f}'
+                for t in s.t
+                if start <= t <= end
+            ]
     out.append("# EOF")
     return "\n".join(out) + "\n"

@@ -22,16 +22,26 @@ def backfilled_prometheus(openmetrics: str):
         source = tmp / "history.om"
         source.write_text(openmetrics)
         data = tmp / "data"
-        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         config = tmp / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 15s\n")
         port = free_port()
         log = open(tmp / "prometheus.log", "w")
         proc = subprocess.Popen(
-            [binary("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data}",
-             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                "--storage.tsdb.retention.time=30d",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
         try:

@@ -8,8 +8,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
-        body = {"/health": b"", "/metrics": b"vllm:num_requests_running{model_name=\"demo\"} 0.0\n"
-                b"vllm:num_requests_waiting{model_name=\"demo\"} 0.0\n"}.get(self.path)
+        body = {
+            "/health": b"",
+            "/metrics": b'vllm:num_requests_running{model_name="demo"} 0.0\n'
+            b'vllm:num_requests_waiting{model_name="demo"} 0.0\n',
+        }.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.send_header("Content-Length", str(len(body or b"")))
         self.end_headers()

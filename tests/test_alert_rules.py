@@ -61,13 +61,15 @@ def _unit_cases() -> list[dict]:
     for path in TEST_FILES:
         for group_index, group in enumerate(yaml.safe_load(path.read_text())["tests"]):
             for case in group.get("alert_rule_test", []):
-                cases.append({
-                    "group": (path.name, group_index),
-                    "alert": case["alertname"],
-                    "t": parse_duration(case["eval_time"]),
-                    "severities": [a["exp_labels"].get("severity") for a in case.get("exp_alerts") or []],
-                    "annotated": all(a.get("exp_annotations") for a in case.get("exp_alerts") or []),
-                })
+                cases.append(
+                    {
+                        "group": (path.name, group_index),
+                        "alert": case["alertname"],
+                        "t": parse_duration(case["eval_time"]),
+                        "severities": [a["exp_labels"].get("severity") for a in case.get("exp_alerts") or []],
+                        "annotated": all(a.get("exp_annotations") for a in case.get("exp_alerts") or []),
+                    }
+                )
     return cases
 
 
@@ -81,7 +83,9 @@ def test_every_alert_is_unit_tested_before_and_after_its_for(alert):
     assert fired, f"no promtool test expects {name} ({severity}) to fire"
     assert all(c["annotated"] for c in fired), f"{name}: expected alerts without exact annotations"
     quiet_before = [
-        c for c in cases for f in fired
+        c
+        for c in cases
+        for f in fired
         if c["group"] == f["group"] and c["t"] < f["t"] and severity not in c["severities"]
     ]
     assert quiet_before, f"no promtool test checks that {name} ({severity}) does not fire before its `for:` ends"
@@ -100,8 +104,12 @@ def test_every_alert_links_to_a_runbook_section_that_says_what_to_check_and_do()
     anchors = _runbook_anchors()
     text = RUNBOOK.read_text()
     for alert in ALERTS:
-        rule = next(r for g in yaml.safe_load(_rule_file_of(alert).read_text())["groups"] for r in g["rules"]
-                    if r.get("alert") == alert.name and r["labels"]["severity"] == alert.severity)
+        rule = next(
+            r
+            for g in yaml.safe_load(_rule_file_of(alert).read_text())["groups"]
+            for r in g["rules"]
+            if r.get("alert") == alert.name and r["labels"]["severity"] == alert.severity
+        )
         url = rule["annotations"]["runbook_url"]
         path, anchor = url.split("#")
         assert REPO_ROOT / path == RUNBOOK, url
@@ -116,7 +124,9 @@ def _rule_file_of(alert) -> Path:
 
 
 def _all_alert_rules() -> list[dict]:
-    return [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    return [
+        r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if "alert" in r
+    ]
 
 
 def test_every_alert_has_severity_fixed_summary_templated_description():
@@ -125,7 +135,9 @@ def test_every_alert_has_severity_fixed_summary_templated_description():
         labels, notes = rule["labels"], rule["annotations"]
         assert labels["severity"] in {"warning", "critical", "none"}, rule["alert"]
         assert "{{" not in notes["summary"] and notes["summary"].endswith("."), rule["alert"]
-        assert "$labels" in notes["description"] or "$value" in notes["description"] or rule["alert"] == "Watchdog", rule["alert"]
+        assert "$labels" in notes["description"] or "$value" in notes["description"] or rule["alert"] == "Watchdog", (
+            rule["alert"]
+        )
         assert parse_duration(rule["for"]) > 0, f"{rule['alert']}: needs a `for:` so a blip does not page"
         by_name.setdefault(rule["alert"], set()).add(notes["summary"])
     # Warning and critical twins share the name and the summary.
@@ -133,22 +145,30 @@ def test_every_alert_has_severity_fixed_summary_templated_description():
 
 
 def test_only_critical_leak_forecasts_are_remediated():
-    remediated = {(r["alert"], r["labels"]["severity"]) for r in _all_alert_rules() if r["labels"].get("remediate") == "true"}
+    remediated = {
+        (r["alert"], r["labels"]["severity"]) for r in _all_alert_rules() if r["labels"].get("remediate") == "true"
+    }
     assert remediated == {("GPUMemoryLeakSuspected", "critical"), ("HostMemoryLeak", "critical")}
 
 
 GAUGES = (
     {name for name, row in dcgm_metrics().items() if row["type"] == "gauge"}
     | {name for name, row in exporter_metrics().items() if row["type"] == "gauge"}
-    | {"process_resident_memory_bytes", "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
-       "vllm:num_requests_waiting", "node_memory_MemAvailable_bytes", "node_memory_SwapFree_bytes"}
+    | {
+        "process_resident_memory_bytes",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "node_memory_MemAvailable_bytes",
+        "node_memory_SwapFree_bytes",
+    }
 )
 
 
 def test_no_rate_or_increase_on_gauges():
     """Article B's mistake: rate() on a gauge reads every drop as a counter reset."""
     recording, alerting = load_rules(RULE_FILES)
-    recorded_gauges = {r.name for r in recording}          # our recorded series are all gauges
+    recorded_gauges = {r.name for r in recording}  # our recorded series are all gauges
     for rule in (*recording, *alerting):
         for func, metric in re.findall(r"\b(rate|irate|increase)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)", rule.expr):
             assert metric not in GAUGES | recorded_gauges, f"{rule.name}: {func}() on the gauge {metric}"
@@ -200,8 +220,12 @@ def test_a_drill_gets_the_same_rules_with_durations_scaled():
     for p, d in zip(prod_alerts, drill_alerts):
         assert parse_duration(d["for"]) == pytest.approx(parse_duration(p["for"]) / 100, abs=0.001)
     # A per-time rate threshold grows with the compression; a per-request one does not.
-    fast = lambda doc: next(r for g in doc["leakwatch-alerts.yml"]["groups"] for r in g["rules"]
-                            if r["alert"] == "GPUMemoryLeakSuspected" and r["labels"]["severity"] == "warning")["expr"]
+    fast = lambda doc: next(
+        r
+        for g in doc["leakwatch-alerts.yml"]["groups"]
+        for r in g["rules"]
+        if r["alert"] == "GPUMemoryLeakSuspected" and r["labels"]["severity"] == "warning"
+    )["expr"]
     rate = lambda expr: float(re.search(r"deriv\w+ > ([0-9.e+]+)\)", expr).group(1))
     assert rate(fast(drill)) == pytest.approx(100 * rate(fast(production)), rel=1e-4)
     assert re.search(r"\n> 2097152\n", fast(drill)) and re.search(r"\n> 2097152\n", fast(production))

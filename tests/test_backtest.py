@@ -12,7 +12,13 @@ import yaml
 from leakwatch import cli
 from leakwatch.backtest import sources
 from leakwatch.backtest.engine import (
-    MAX_POINTS, Backtest, RecordingRule, apply_for, chunks, load_rules, recording_levels,
+    MAX_POINTS,
+    Backtest,
+    RecordingRule,
+    apply_for,
+    chunks,
+    load_rules,
+    recording_levels,
 )
 from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
 from leakwatch.errors import LeakwatchError
@@ -25,6 +31,7 @@ RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 
 
 # -- the state machine ----------------------------------------------------------------------------
+
 
 def test_for_fires_after_the_hold_and_a_gap_restarts_pending():
     # Present at evaluations 0-4, missing at 5, present 6-20; for: 3 steps of 60 s.
@@ -67,6 +74,7 @@ def test_range_queries_stay_under_prometheus_point_limit_and_cover_every_step():
 
 # -- OpenMetrics in and out -------------------------------------------------------------------------
 
+
 def test_block_files_hold_one_block_each_and_end_with_eof(tmp_path):
     sink = BlockFiles(tmp_path)
     for i in range(3 * BLOCK_S // 600):
@@ -82,7 +90,7 @@ def test_block_files_hold_one_block_each_and_end_with_eof(tmp_path):
 
 def test_recorded_export_without_timestamps_is_refused_clearly(tmp_path):
     export = tmp_path / "scrape.txt"
-    export.write_text("# TYPE up gauge\nup{job=\"vllm\"} 1\n")
+    export.write_text('# TYPE up gauge\nup{job="vllm"} 1\n')
     with pytest.raises(LeakwatchError, match="without a timestamp"):
         split_file(export, BlockFiles(tmp_path / "out"))
     export.write_text("this is not a metric\n")
@@ -114,7 +122,9 @@ def _promtool_firing_times(case: dict) -> dict[tuple[str, str], float]:
 @pytest.mark.parametrize("file_name, group", AGREEMENT_GROUPS, ids=[g for _, g in AGREEMENT_GROUPS])
 @pytest.mark.integration
 def test_backtester_fires_when_promtool_says_so(tmp_path, file_name, group):
-    case = next(t for t in yaml.safe_load((PROMETHEUS_DIR / "tests" / file_name).read_text())["tests"] if t["name"] == group)
+    case = next(
+        t for t in yaml.safe_load((PROMETHEUS_DIR / "tests" / file_name).read_text())["tests"] if t["name"] == group
+    )
     interval = parse_duration(case["interval"])
     om = tmp_path / "series.om"
     om.write_text(to_openmetrics(case["input_series"], interval))
@@ -137,6 +147,7 @@ def test_expand_reads_promtool_notation():
 
 # -- the command ------------------------------------------------------------------------------------
 
+
 @pytest.mark.integration
 def test_backtest_command_on_a_scenario_reports_the_leak_alert(capsys):
     code = cli.main(["backtest", "--scenario", "article_a_vllm", "--days", "0.1", "--json"])
@@ -148,13 +159,19 @@ def test_backtest_command_on_a_scenario_reports_the_leak_alert(capsys):
     assert 0 < leak["minutes_after_origin"] < 60
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--scenario", "no_such_scenario"], "unknown scenario"),
-    (["--prometheus", "http://127.0.0.1:9", "--start", "yesterday", "--end", "1"], "is not a time (unix seconds or ISO 8601"),
-    (["--prometheus", "http://127.0.0.1:9"], "needs --start"),
-    (["--scenario", "slow_leak", "--rules", "/nonexistent.yml"], "does not exist"),
-    (["--scenario", "slow_leak", "--days", "0"], "--days must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--scenario", "no_such_scenario"], "unknown scenario"),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--start", "yesterday", "--end", "1"],
+            "is not a time (unix seconds or ISO 8601",
+        ),
+        (["--prometheus", "http://127.0.0.1:9"], "needs --start"),
+        (["--scenario", "slow_leak", "--rules", "/nonexistent.yml"], "does not exist"),
+        (["--scenario", "slow_leak", "--days", "0"], "--days must be positive"),
+    ],
+)
 def test_backtest_command_explains_bad_input(capsys, argv, message):
     assert cli.main(["backtest", *argv]) == 2
     assert message in capsys.readouterr().err
@@ -202,7 +219,8 @@ def test_rules_read_only_series_the_simulator_produces():
         simulate(library.get(scenario, days=0.05), Names())
     reads = sources.rule_inputs(RULE_FILES) - {
         # Prometheus's and Alertmanager's own series: covered by promtool tests and the live stack.
-        "prometheus_rule_evaluation_failures_total", "alertmanager_notifications_failed_total",
+        "prometheus_rule_evaluation_failures_total",
+        "alertmanager_notifications_failed_total",
     }
     assert reads - names == set()
 

@@ -17,7 +17,9 @@ def test_quick_bench_meets_the_detection_targets(capsys):
     last = out.strip().splitlines()[-1]
     match = re.fullmatch(
         r"detection: article_a_vllm_min=(\d+|none) slow_leak_min=(\d+|none) worker_rss_min=(\d+|none) "
-        r"healthy_false_alerts=(\d+)", last)
+        r"healthy_false_alerts=(\d+)",
+        last,
+    )
     assert match, last
     article_a, slow, worker, false_alerts = match.groups()
     assert article_a != "none" and int(article_a) <= 60, out

@@ -10,11 +10,13 @@ from leakwatch.catalogue import dcgm_metrics, exposed_names, metric_names
     [
         ("up", {"up"}),
         ('rate(vllm:request_success_total{model_name="demo"}[5m])', {"vllm:request_success_total"}),
-        ("histogram_quantile(0.9, sum by (le, model_name) (rate(vllm:e2e_request_latency_seconds_bucket[5m])))",
-         {"vllm:e2e_request_latency_seconds_bucket"}),
+        (
+            "histogram_quantile(0.9, sum by (le, model_name) (rate(vllm:e2e_request_latency_seconds_bucket[5m])))",
+            {"vllm:e2e_request_latency_seconds_bucket"},
+        ),
         ("deriv(DCGM_FI_DEV_FB_USED[10m]) * 60 > 50", {"DCGM_FI_DEV_FB_USED"}),
         ("a / on (instance) group_left (model_name) b", {"a", "b"}),
-        ("sum without (cpu, mode) (rate(node_cpu_seconds_total{mode!=\"idle\"}[1m]))", {"node_cpu_seconds_total"}),
+        ('sum without (cpu, mode) (rate(node_cpu_seconds_total{mode!="idle"}[1m]))', {"node_cpu_seconds_total"}),
         ('label_replace(up, "dst", "$1", "job", "(.*)")', {"up"}),
         ('{__name__="process_resident_memory_bytes", job="vllm"}', {"process_resident_memory_bytes"}),
         ("x offset 1w / x", {"x"}),
@@ -28,7 +30,7 @@ def test_metric_names(expr, names):
 
 
 def test_exposed_names_reads_histogram_suffixes():
-    text = "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 0\nh_sum 0\nh_count 0\nc_total 3\n"
+    text = '# HELP h x\n# TYPE h histogram\nh_bucket{le="1"} 0\nh_sum 0\nh_count 0\nc_total 3\n'
     assert exposed_names(text) == {"h_bucket", "h_sum", "h_count", "c_total"}
 
 

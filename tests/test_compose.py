@@ -15,7 +15,9 @@ from .compose_support import compose, resolved
 
 pytestmark = pytest.mark.integration  # starts other programs (see the markers in pyproject.toml)
 
-PINNED_TAG = re.compile(r"^[^\s:@]+(/[^\s:@]+)*(:(?!latest$)[\w][\w.-]{0,127})(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$")
+PINNED_TAG = re.compile(
+    r"^[^\s:@]+(/[^\s:@]+)*(:(?!latest$)[\w][\w.-]{0,127})(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$"
+)
 
 
 def policy_violations(config: dict) -> list[str]:
@@ -29,7 +31,9 @@ def policy_violations(config: dict) -> list[str]:
             problems.append(f"{name}: image {image!r} is not pinned to a tag or digest")
         for port in service.get("ports", []):
             if port.get("host_ip") != "127.0.0.1":
-                problems.append(f"{name}: port {port.get('published')} bound to {port.get('host_ip') or 'all addresses'}")
+                problems.append(
+                    f"{name}: port {port.get('published')} bound to {port.get('host_ip') or 'all addresses'}"
+                )
     return problems
 
 

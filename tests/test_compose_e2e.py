@@ -12,12 +12,11 @@ import time
 
 import pytest
 
+from leakwatch.drill import plan as drill_plan
+from leakwatch.drill.compose_backend import write_override
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
-
-from leakwatch.drill import plan as drill_plan
-from leakwatch.drill.compose_backend import write_override
 
 from .compose_stack import ComposeStack, StackHTTP, stack_env
 from .conftest import stack_port_env
@@ -30,8 +29,10 @@ VLLM = "vllm-demo"
 SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, "leakwatch-exporter-demo", "healer", PROXY_HOST]
 DRILL = drill_plan.load()
 # The vLLM container's memory use (cgroup v1 or v2), read inside it.
-CGROUP_USAGE = ("import pathlib; p = pathlib.Path('/sys/fs/cgroup/memory/memory.usage_in_bytes'); "
-                "p = p if p.exists() else pathlib.Path('/sys/fs/cgroup/memory.current'); print(p.read_text())")
+CGROUP_USAGE = (
+    "import pathlib; p = pathlib.Path('/sys/fs/cgroup/memory/memory.usage_in_bytes'); "
+    "p = p if p.exists() else pathlib.Path('/sys/fs/cgroup/memory.current'); print(p.read_text())"
+)
 PROXY = f"http://{PROXY_HOST}:{load_settings().service('docker_socket_proxy').default_port}"
 
 
@@ -71,8 +72,14 @@ def test_status_and_logs(compose_stack):
     for service in SERVICES:
         assert compose_stack.container(service) in status, status
     # `make logs` follows; the same command without following:
-    result = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "leakwatch"), "stack", "logs", "--no-follow"],
-                            cwd=REPO_ROOT, env=compose_stack.env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "leakwatch"), "stack", "logs", "--no-follow"],
+        cwd=REPO_ROOT,
+        env=compose_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert f"{VLLM}-1" in result.stdout and "healer-1" in result.stdout, result.stdout[-2000:]
 
@@ -80,8 +87,11 @@ def test_status_and_logs(compose_stack):
 def test_vllm_answers_completions(compose_stack):
     import requests
 
-    resp = requests.post(compose_stack.http.url("vllm") + "/v1/completions", timeout=120,
-                         json={"model": "demo", "prompt": "compose says", "max_tokens": 8})
+    resp = requests.post(
+        compose_stack.http.url("vllm") + "/v1/completions",
+        timeout=120,
+        json={"model": "demo", "prompt": "compose says", "max_tokens": 8},
+    )
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["text"] is not None
 
@@ -106,8 +116,9 @@ def test_every_prometheus_target_is_up(compose_stack):
 
 def test_the_exporter_in_vllms_pid_namespace_reports_each_role(compose_stack):
     def roles():
-        found = {r["metric"].get("role") for r in
-                 compose_stack.http.prom_query("leakwatch_process_resident_memory_bytes")}
+        found = {
+            r["metric"].get("role") for r in compose_stack.http.prom_query("leakwatch_process_resident_memory_bytes")
+        }
         return found if {"api_server", "engine_core", "worker"} <= found else None
 
     found = compose_stack.wait_for("the exporter's per-role memory", roles, timeout=180)
@@ -161,7 +172,7 @@ def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(
     # What the healer needs does pass: the listing finds exactly this project's running vLLM.
     code = f"""
 import urllib.request, json
-print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + '/containers/json?' + list_query(PROJECT)!r}))]))
+print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + "/containers/json?" + list_query(PROJECT)!r}))]))
 """
     assert json.loads(compose_stack.exec_in("healer", code)) == [[f"/{compose_stack.container(VLLM)}"]]
 
@@ -173,12 +184,21 @@ def test_a_leftover_vllm_of_another_stack_does_not_confuse_the_healer(compose_st
 
     name = "leftover-vllm-of-another-stack"
     compose_stack.docker("rm", "-f", name, check=False)
-    compose_stack.docker("create", "--name", name, "--label", "io.leakwatch.role=vllm",
-                         "--label", "com.docker.compose.project=otherstack", "leakwatch-local/tools:bookworm", "true")
+    compose_stack.docker(
+        "create",
+        "--name",
+        name,
+        "--label",
+        "io.leakwatch.role=vllm",
+        "--label",
+        "com.docker.compose.project=otherstack",
+        "leakwatch-local/tools:bookworm",
+        "true",
+    )
     try:
         code = f"""
 import urllib.request, json
-print(len(json.load(urllib.request.urlopen({PROXY + '/containers/json?' + list_query(PROJECT)!r}))))
+print(len(json.load(urllib.request.urlopen({PROXY + "/containers/json?" + list_query(PROJECT)!r}))))
 """
         assert compose_stack.exec_in("healer", code).strip() == "1"
     finally:
@@ -186,8 +206,19 @@ print(len(json.load(urllib.request.urlopen({PROXY + '/containers/json?' + list_q
 
 
 def restart_events(stack: ComposeStack, since: float) -> list[dict]:
-    out = stack.docker("events", "--since", f"{since:.0f}", "--until", f"{time.time():.0f}", "--format", "{{json .}}",
-                       "--filter", "type=container", "--filter", "event=restart")
+    out = stack.docker(
+        "events",
+        "--since",
+        f"{since:.0f}",
+        "--until",
+        f"{time.time():.0f}",
+        "--format",
+        "{{json .}}",
+        "--filter",
+        "type=container",
+        "--filter",
+        "event=restart",
+    )
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
@@ -202,9 +233,13 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
     assert compose_stack.project_objects("networks") == []
     volumes = compose_stack.project_objects("volumes")
     assert f"{PROJECT}_prometheus-data" in volumes, volumes
-    compose_stack.drill_override = write_override(tmp_path_factory.mktemp("compose-drill"), "demo",
-                                                  DRILL.time_compression, DRILL.scrape_interval_s,
-                                                  DRILL.bytes_per_request)
+    compose_stack.drill_override = write_override(
+        tmp_path_factory.mktemp("compose-drill"),
+        "demo",
+        DRILL.time_compression,
+        DRILL.scrape_interval_s,
+        DRILL.bytes_per_request,
+    )
     second_up = time.time()
     compose_stack.up_with(compose_stack.drill_override)
     assert oldest < second_up - 30
@@ -231,10 +266,16 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
     assert getattr(compose_stack, "drill_override", None), "needs the drill stack of the test before"
     vllm_url = compose_stack.http.url("vllm")
     for i in range(DRILL.warmup_requests):
-        requests.post(vllm_url + "/v1/chat/completions", timeout=120, json={
-            "model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]}).raise_for_status()
-    compose_stack.wait_for("the exporter's baseline", lambda: compose_stack.http.prom_query(
-        "max(leakwatch_baseline_ready) == 1"), timeout=240)
+        requests.post(
+            vllm_url + "/v1/chat/completions",
+            timeout=120,
+            json={"model": "demo", "max_tokens": 16, "messages": [{"role": "user", "content": f"warm-up {i}"}]},
+        ).raise_for_status()
+    compose_stack.wait_for(
+        "the exporter's baseline",
+        lambda: compose_stack.http.prom_query("max(leakwatch_baseline_ready) == 1"),
+        timeout=240,
+    )
     baseline = compose_stack.wait_for("the API server's memory", lambda: api_server_memory(compose_stack), timeout=60)
     # A container-like limit: the twin alert rates the growth against the container's headroom.
     limit = int(float(compose_stack.exec_in(VLLM, CGROUP_USAGE))) + DRILL.cgroup_headroom_bytes
@@ -248,8 +289,11 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
         i = 0
         while not stop.is_set():
             try:
-                requests.post(vllm_url + "/v1/completions", timeout=60,
-                              json={"model": "demo", "prompt": f"leak {i}", "max_tokens": 8})
+                requests.post(
+                    vllm_url + "/v1/completions",
+                    timeout=60,
+                    json={"model": "demo", "prompt": f"leak {i}", "max_tokens": 8},
+                )
             except requests.RequestException:
                 pass  # the restart
             i += 1
@@ -259,36 +303,55 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
     traffic.start()
     leak_start = time.time()
     try:
-        compose_stack.wait_for("HostMemoryLeak firing", lambda: compose_stack.http.prom_query(
-            'ALERTS{alertname="HostMemoryLeak", alertstate="firing"}'), timeout=420, interval=2)
+        compose_stack.wait_for(
+            "HostMemoryLeak firing",
+            lambda: compose_stack.http.prom_query('ALERTS{alertname="HostMemoryLeak", alertstate="firing"}'),
+            timeout=420,
+            interval=2,
+        )
         alert_s = time.time() - leak_start
-        compose_stack.wait_for("the healer to restart vLLM",
-                               lambda: compose_stack.inspect(VLLM)["State"]["StartedAt"] != before[VLLM],
-                               timeout=420, interval=2)
+        compose_stack.wait_for(
+            "the healer to restart vLLM",
+            lambda: compose_stack.inspect(VLLM)["State"]["StartedAt"] != before[VLLM],
+            timeout=420,
+            interval=2,
+        )
         restart_s = time.time() - leak_start
     finally:
         stop.set()
         traffic.join(timeout=90)
     print(f"compose e2e: HostMemoryLeak after {alert_s:.0f}s, vLLM restarted {restart_s:.0f}s into the leak")
-    compose_stack.wait_for("vLLM healthy again",
-                           lambda: compose_stack.inspect(VLLM)["State"].get("Health", {}).get("Status") == "healthy",
-                           timeout=600, interval=5)
+    compose_stack.wait_for(
+        "vLLM healthy again",
+        lambda: compose_stack.inspect(VLLM)["State"].get("Health", {}).get("Status") == "healthy",
+        timeout=600,
+        interval=5,
+    )
     time.sleep(15)  # Alertmanager repeats every 5 s while the alert still fires: no second restart
     restarted = [e["Actor"]["Attributes"]["name"] for e in restart_events(compose_stack, since)]
     assert restarted.count(compose_stack.container(VLLM)) == 1, restarted
-    assert set(restarted) <= {compose_stack.container(VLLM), compose_stack.container("leakwatch-exporter-demo")}, restarted
+    assert set(restarted) <= {compose_stack.container(VLLM), compose_stack.container("leakwatch-exporter-demo")}, (
+        restarted
+    )
     after = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
     changed = {s for s in SERVICES if after[s] != before[s]}
     # The exporter lives in vLLM's PID namespace: it goes down with it and compose's restart policy
     # brings it back; nothing else moves.
     assert changed <= {VLLM, "leakwatch-exporter-demo"} and VLLM in changed, changed
-    metrics = compose_stack.exec_in("healer", "import urllib.request; "
-                                    "print(urllib.request.urlopen('http://localhost:9406/metrics').read().decode())")
+    metrics = compose_stack.exec_in(
+        "healer",
+        "import urllib.request; print(urllib.request.urlopen('http://localhost:9406/metrics').read().decode())",
+    )
     assert 'leakwatch_healer_restarts_total{result="success"} 1.0' in metrics, metrics[-1500:]
 
     # Memory comes back near its pre-leak level once the new process serves.
-    requests.post(vllm_url + "/v1/chat/completions", timeout=120, json={
-        "model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "after"}]}).raise_for_status()
-    compose_stack.wait_for("API server memory back near its baseline", lambda: (
-        (m := api_server_memory(compose_stack)) is not None and m <= baseline + DRILL.baseline_tolerance_bytes),
-        timeout=300)
+    requests.post(
+        vllm_url + "/v1/chat/completions",
+        timeout=120,
+        json={"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "after"}]},
+    ).raise_for_status()
+    compose_stack.wait_for(
+        "API server memory back near its baseline",
+        lambda: (m := api_server_memory(compose_stack)) is not None and m <= baseline + DRILL.baseline_tolerance_bytes,
+        timeout=300,
+    )

@@ -31,8 +31,11 @@ def test_only_the_proxy_touches_the_docker_socket():
     (sock,) = [m for m in mounts(services[PROXY_HOST]) if m.get("target") == DOCKER_SOCKET]
     assert sock["source"] == DOCKER_SOCKET
     # A private engine (the compose tests' dockerd) names its own socket.
-    sock = [m for m in mounts(resolved("demo", env={"DOCKER_SOCKET": "/tmp/x/docker.sock"})["services"][PROXY_HOST])
-            if m.get("target") == DOCKER_SOCKET]
+    sock = [
+        m
+        for m in mounts(resolved("demo", env={"DOCKER_SOCKET": "/tmp/x/docker.sock"})["services"][PROXY_HOST])
+        if m.get("target") == DOCKER_SOCKET
+    ]
     assert sock[0]["source"] == "/tmp/x/docker.sock"
 
 
@@ -48,8 +51,10 @@ def test_the_proxy_is_haproxy_with_the_generated_rules_and_nothing_else():
     assert proxy["cap_drop"] == ["ALL"] and proxy["read_only"] is True
     text = PROXY_CONFIG_FILE.read_text()
     allows = [line.strip() for line in text.splitlines() if line.strip().startswith("http-request allow")]
-    assert allows == ["http-request allow if is_get list_path list_query",
-                      "http-request allow if is_post restart_path restart_query"]
+    assert allows == [
+        "http-request allow if is_get list_path list_query",
+        "http-request allow if is_post restart_path restart_query",
+    ]
     assert "http-request deny deny_status 403" in text
     assert list_query(PROJECT) in text
     for name in vllm_container_names(PROJECT):
@@ -61,8 +66,10 @@ def test_the_healer_looks_up_this_projects_running_vllm():
     cmd = healer["command"]
     assert cmd[cmd.index("--compose-project") + 1] == PROJECT == resolved("demo")["name"]
     filters = json.loads(urllib.parse.unquote(list_query(PROJECT).removeprefix("filters=")))
-    assert filters == {"label": [f"com.docker.compose.project={PROJECT}", "io.leakwatch.role=vllm"],
-                       "status": ["running"]}
+    assert filters == {
+        "label": [f"com.docker.compose.project={PROJECT}", "io.leakwatch.role=vllm"],
+        "status": ["running"],
+    }
 
 
 def test_the_proxy_network_is_internal_and_holds_only_healer_and_proxy():

@@ -15,8 +15,16 @@ SWAPPED = {"image", "pull_policy"}
 
 
 def resolved_local(profile: str = "demo") -> dict:
-    result = compose("-f", str(REPO_ROOT / "compose.local.yaml"), "--profile", profile, "config", "--format", "json",
-                     env={"GRAFANA_ADMIN_PASSWORD": "test-only"})
+    result = compose(
+        "-f",
+        str(REPO_ROOT / "compose.local.yaml"),
+        "--profile",
+        profile,
+        "config",
+        "--format",
+        "json",
+        env={"GRAFANA_ADMIN_PASSWORD": "test-only"},
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -60,10 +68,15 @@ def test_image_inputs_change_the_cache_key(tmp_path, monkeypatch):
 
 def test_the_debian_mirror_comes_from_apts_sources(tmp_path, monkeypatch):
     sources = tmp_path / "debian.sources"
-    sources.write_text("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
-                       "Components: main\n\nTypes: deb\nURIs: http://security.example/debian-security\n"
-                       "Suites: bookworm-security\nComponents: main\n")
+    sources.write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n\nTypes: deb\nURIs: http://security.example/debian-security\n"
+        "Suites: bookworm-security\nComponents: main\n"
+    )
     monkeypatch.setattr(local_images.glob, "glob", lambda pattern: [str(sources)])
-    monkeypatch.setattr(local_images, "Path", lambda p: tmp_path / "missing" if p == "/etc/apt/sources.list"
-                        else __import__("pathlib").Path(p))
+    monkeypatch.setattr(
+        local_images,
+        "Path",
+        lambda p: tmp_path / "missing" if p == "/etc/apt/sources.list" else __import__("pathlib").Path(p),
+    )
     assert local_images.debian_mirror("bookworm") == "http://mirror.example/debian"

@@ -60,8 +60,14 @@ def test_greedy_continuations_are_identical(tied):
     xglm, root = tied
     opt = opt_from(root / "opt")
     prompt = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(11))
-    kwargs = dict(max_new_tokens=GREEDY_TOKENS, min_new_tokens=GREEDY_TOKENS, do_sample=False,
-                  output_scores=True, return_dict_in_generate=True, pad_token_id=1)
+    kwargs = dict(
+        max_new_tokens=GREEDY_TOKENS,
+        min_new_tokens=GREEDY_TOKENS,
+        do_sample=False,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=1,
+    )
     ours, theirs = opt.generate(prompt, **kwargs), xglm.generate(prompt, **kwargs)
     assert ours.sequences[0, 12:].tolist() == theirs.sequences[0, 12:].tolist()
     # The comparison means something only if no step was a near-tie that float noise could flip.
@@ -75,7 +81,7 @@ def test_converted_folder_is_an_opt_checkpoint(tied):
     assert config["architectures"] == ["OPTForCausalLM"] and config["tie_word_embeddings"] is True
     assert config["do_layer_norm_before"] is True and config["activation_function"] == "gelu"
     manifest = json.loads((root / "opt" / MANIFEST).read_text())
-    assert manifest["tied_head"] is True and manifest["embed_scale"] == pytest.approx(128 ** 0.5)
+    assert manifest["tied_head"] is True and manifest["embed_scale"] == pytest.approx(128**0.5)
     assert set(manifest["files"]) == {p.name for p in (root / "opt").iterdir()} - {MANIFEST}
     opt = opt_from(root / "opt")
     # Positions are XGLM's sinusoidal rows, looked up at the same offset of 2.
@@ -171,8 +177,16 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
 def test_not_an_xglm_checkpoint(tmp_path):
     from transformers import OPTConfig, OPTForCausalLM
 
-    OPTForCausalLM(OPTConfig(hidden_size=64, num_attention_heads=2, ffn_dim=128, num_hidden_layers=1,
-                             vocab_size=64, word_embed_proj_dim=64)).save_pretrained(tmp_path / "src")
+    OPTForCausalLM(
+        OPTConfig(
+            hidden_size=64,
+            num_attention_heads=2,
+            ffn_dim=128,
+            num_hidden_layers=1,
+            vocab_size=64,
+            word_embed_proj_dim=64,
+        )
+    ).save_pretrained(tmp_path / "src")
     with pytest.raises(LeakwatchError, match=r"model_type is 'opt', not 'xglm'"):
         convert(str(tmp_path / "src"), tmp_path / "opt")
     assert not (tmp_path / "opt").exists()
@@ -201,15 +215,32 @@ def test_command_line_exit_codes(tmp_path):
     assert "ready" in first.stdout
     (tmp_path / "opt" / "config.json").write_text("{}")
     # The module entry point compose runs inside the vLLM image.
-    module = [sys.executable, "-m", "leakwatch.convert_xglm", str(tmp_path / "src"), str(tmp_path / "opt"), "--quick-verify"]
+    module = [
+        sys.executable,
+        "-m",
+        "leakwatch.convert_xglm",
+        str(tmp_path / "src"),
+        str(tmp_path / "opt"),
+        "--quick-verify",
+    ]
     refused = subprocess.run(module, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert refused.returncode == 2
     assert "config.json has 2 bytes" in refused.stderr and "--force" in refused.stderr
-    not_found = subprocess.run(cli[:2] + ["no/such-folder/here", str(tmp_path / "x")],
-                               capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    not_found = subprocess.run(
+        cli[:2] + ["no/such-folder/here", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert not_found.returncode == 2 and "neither a folder nor a Hugging Face repo id" in not_found.stderr
-    offline = subprocess.run(cli[:2] + ["KoboldAI/fairseq-dense-13B-Janeway", str(tmp_path / "y")],
-                             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
-                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    offline = subprocess.run(
+        cli[:2] + ["KoboldAI/fairseq-dense-13B-Janeway", str(tmp_path / "y")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert offline.returncode == 2 and "cannot download KoboldAI/fairseq-dense-13B-Janeway@main" in offline.stderr
     assert not (tmp_path / "y").exists()

@@ -32,8 +32,17 @@ def served(tmp_path_factory):
     xglm = random_xglm(tied=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     save(xglm, root / "src")
     convert(str(root / "src"), root / "opt", out=open(os.devnull, "w"))
-    args = ["--model", str(root / "opt"), "--dtype", "float32", "--max-model-len", str(MAX_POSITIONS),
-            "--served-model-name", "tiny-opt", "--enable-log-requests"]
+    args = [
+        "--model",
+        str(root / "opt"),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(MAX_POSITIONS),
+        "--served-model-name",
+        "tiny-opt",
+        "--enable-log-requests",
+    ]
     # DEBUG: vLLM logs each request's prompt and prompt token ids, which shows what reached the model.
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "DEBUG"}
     with running(args, root / "vllm.log", env) as url:
@@ -52,11 +61,17 @@ def test_vllm_greedy_output_equals_hf_opt(served):
     url, root, tokenizer = served
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     opt = OPTForCausalLM.from_pretrained(root / "opt", dtype=torch.float32).eval()
-    expected = opt.generate(torch.tensor([prompt_ids]), max_new_tokens=GREEDY_TOKENS, min_new_tokens=GREEDY_TOKENS,
-                            do_sample=False, pad_token_id=1)[0, len(prompt_ids):].tolist()
+    expected = opt.generate(
+        torch.tensor([prompt_ids]),
+        max_new_tokens=GREEDY_TOKENS,
+        min_new_tokens=GREEDY_TOKENS,
+        do_sample=False,
+        pad_token_id=1,
+    )[0, len(prompt_ids) :].tolist()
     # Token ids in and out, so detokenisation cannot hide or invent a difference.
-    choice = complete(url, prompt=prompt_ids, max_tokens=GREEDY_TOKENS, temperature=0, ignore_eos=True,
-                      return_token_ids=True)
+    choice = complete(
+        url, prompt=prompt_ids, max_tokens=GREEDY_TOKENS, temperature=0, ignore_eos=True, return_token_ids=True
+    )
     assert choice["prompt_token_ids"] == prompt_ids
     assert choice["token_ids"] == expected
     print(f"vLLM greedy == HF OPT greedy for {GREEDY_TOKENS} tokens: {expected[:8]}...")
@@ -98,11 +113,32 @@ def test_the_load_generator_applies_janeway_conventions_end_to_end(served, tmp_p
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "line one\nline two", "output_tokens": 6}) + "\n")
     # The nudge makes the model want `</s>` at every step, as Janeway does at each line end.
-    run = run_locust(tmp_path / "run", url, "--model", "tiny-opt", "--api", "completions", "--client-profile", profile,
-                     "--ignore-eos", "false", "--prompts-file", str(prompts), "--load-shape", "steady", "-u", "1",
-                     "-r", "1", "--request-limit", "2", "--extra-body", json.dumps({"logit_bias": {str(eos): 100},
-                                                                                     "temperature": 0}),
-                     "CreativeWritingUser", timeout=300)
+    run = run_locust(
+        tmp_path / "run",
+        url,
+        "--model",
+        "tiny-opt",
+        "--api",
+        "completions",
+        "--client-profile",
+        profile,
+        "--ignore-eos",
+        "false",
+        "--prompts-file",
+        str(prompts),
+        "--load-shape",
+        "steady",
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "--request-limit",
+        "2",
+        "--extra-body",
+        json.dumps({"logit_bias": {str(eos): 100}, "temperature": 0}),
+        "CreativeWritingUser",
+        timeout=300,
+    )
     rows = run.requests
     assert len(rows) == 2, run.output
     logged = _logged_prompts(root / "vllm.log")

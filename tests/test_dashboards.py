@@ -16,16 +16,21 @@ from leakwatch.dashboards import boards
 from leakwatch.dashboards.files import DASHBOARDS_DIR
 from leakwatch.dashboards.kit import layout
 from leakwatch.dashboards.promql import expand, parse_duration
-from leakwatch.errors import LeakwatchError
 from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
+from leakwatch.errors import LeakwatchError
 from leakwatch.settings import load as load_settings
 
 BOARDS = boards()
 # Metric names vLLM has removed; dashboards that still use them go blank (the anchors' mistake).
 REMOVED_VLLM_NAMES = {
-    "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc", "vllm:time_per_output_token_seconds",
-    "vllm:num_requests_swapped", "vllm:gpu_prefix_cache_hit_rate", "vllm:cpu_prefix_cache_hit_rate",
-    "vllm:avg_prompt_throughput_toks_per_s", "vllm:avg_generation_throughput_toks_per_s",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:cpu_cache_usage_perc",
+    "vllm:time_per_output_token_seconds",
+    "vllm:num_requests_swapped",
+    "vllm:gpu_prefix_cache_hit_rate",
+    "vllm:cpu_prefix_cache_hit_rate",
+    "vllm:avg_prompt_throughput_toks_per_s",
+    "vllm:avg_generation_throughput_toks_per_s",
 }
 
 
@@ -67,15 +72,24 @@ def _first(document, kind):
 MUTATIONS = {
     "unknown panel key": (lambda d: _first(d, "stat").update(colour="red"), "not a field of Grafana 11.6"),
     "wrong type": (lambda d: _first(d, "stat")["gridPos"].update(w="4"), "expected an integer"),
-    "bad enum in typed options": (lambda d: _first(d, "stat")["options"].update(graphMode="sparkle"), "BigValueGraphMode"),
+    "bad enum in typed options": (
+        lambda d: _first(d, "stat")["options"].update(graphMode="sparkle"),
+        "BigValueGraphMode",
+    ),
     "unknown unit": (lambda d: _first(d, "timeseries")["fieldConfig"]["defaults"].update(unit="bytez"), "unit 'bytez'"),
     "no description": (lambda d: _first(d, "timeseries").update(description=""), "no description"),
     "duplicate id": (lambda d: d["panels"][2].update(id=d["panels"][1]["id"]), "used more than once"),
     "overlap": (lambda d: _first(d, "timeseries")["gridPos"].update(y=1), "overlap"),
     "outside grid": (lambda d: _first(d, "timeseries")["gridPos"].update(x=20), "outside the 24-column grid"),
-    "hard-coded data source": (lambda d: _first(d, "timeseries").update(datasource={"type": "prometheus", "uid": "abc"}), "data source"),
+    "hard-coded data source": (
+        lambda d: _first(d, "timeseries").update(datasource={"type": "prometheus", "uid": "abc"}),
+        "data source",
+    ),
     "schema version": (lambda d: d.update(schemaVersion=39), "schemaVersion 39"),
-    "no base threshold": (lambda d: _first(d, "stat")["fieldConfig"]["defaults"]["thresholds"]["steps"].pop(0), "base step"),
+    "no base threshold": (
+        lambda d: _first(d, "stat")["fieldConfig"]["defaults"]["thresholds"]["steps"].pop(0),
+        "base step",
+    ),
     "unknown annotation key": (lambda d: d["annotations"]["list"][0].update(titleFormatt="x"), "titleFormatt"),
 }
 
@@ -205,10 +219,21 @@ def test_cli_validate(tmp_path, capsys):
 def test_recorded_and_gpu_only_names(tmp_path):
     from leakwatch.catalogue import recorded_names
 
-    (tmp_path / "a.yml").write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
-        {"record": "leakwatch:host_growth:rate1h", "expr": "deriv(x[1h])"},
-        {"alert": "X", "expr": "up == 0"},
-    ]}]}))
+    (tmp_path / "a.yml").write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {"record": "leakwatch:host_growth:rate1h", "expr": "deriv(x[1h])"},
+                            {"alert": "X", "expr": "up == 0"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     (tmp_path / "empty.yml").write_text("")
     assert recorded_names(tmp_path) == {"leakwatch:host_growth:rate1h"}
     gpu = gpu_only_names()

@@ -19,38 +19,51 @@ from leakwatch.settings import load as load_settings
 
 AM = {
     "route": {
-        "receiver": "default", "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h",
+        "receiver": "default",
+        "group_wait": "30s",
+        "group_interval": "5m",
+        "repeat_interval": "4h",
         "routes": [
             {"matchers": ['remediate="true"'], "receiver": "remediation", "continue": True},
             {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},
         ],
     },
     "receivers": [
-        {"name": "default"}, {"name": "page"},
-        {"name": "remediation", "webhook_configs": [{
-            "url": "http://healer:9406/alerts", "send_resolved": True,
-            "http_config": {"authorization": {"type": "Bearer", "credentials_file": "/run/secrets/healer_token"}}}]},
+        {"name": "default"},
+        {"name": "page"},
+        {
+            "name": "remediation",
+            "webhook_configs": [
+                {
+                    "url": "http://healer:9406/alerts",
+                    "send_resolved": True,
+                    "http_config": {
+                        "authorization": {"type": "Bearer", "credentials_file": "/run/secrets/healer_token"}
+                    },
+                }
+            ],
+        },
     ],
 }
 
 
 def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
     out = plan.scaled_alertmanager(AM, 60, repeat_s=5)
-    assert out["route"]["group_wait"] == "1s"        # 30 s / 60, at least 1 s
-    assert out["route"]["group_interval"] == "5s"    # 5 m / 60
+    assert out["route"]["group_wait"] == "1s"  # 30 s / 60, at least 1 s
+    assert out["route"]["group_interval"] == "5s"  # 5 m / 60
     assert out["route"]["repeat_interval"] == "240s"  # 4 h / 60
     healer_route, page_route = out["route"]["routes"]
     assert healer_route["repeat_interval"] == "5s"
     assert page_route["repeat_interval"] == "60s"
-    assert AM["route"]["group_wait"] == "30s"         # the production document is left alone
+    assert AM["route"]["group_wait"] == "30s"  # the production document is left alone
 
 
 @pytest.mark.integration
 def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
     out = plan.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
     watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
-    assert watchdog["group_wait"] == "0s"             # zero stays zero
-    assert watchdog["repeat_interval"] == "5s"        # 5 m / 60
+    assert watchdog["group_wait"] == "0s"  # zero stays zero
+    assert watchdog["repeat_interval"] == "5s"  # 5 m / 60
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(out))
     result = subprocess.run(["amtool", "check-config", str(path)], capture_output=True, text=True)

@@ -27,7 +27,8 @@ def bind_mounts(grafana_service: dict) -> dict[PurePosixPath, Path]:
     """Container path -> host path of the service's bind mounts."""
     return {
         PurePosixPath(v["target"]): Path(v["source"])
-        for v in grafana_service.get("volumes", []) if v.get("type") == "bind"
+        for v in grafana_service.get("volumes", [])
+        if v.get("type") == "bind"
     }
 
 
@@ -50,13 +51,17 @@ def provisioning_problems(config: dict) -> list[str]:
         kind = next(k for k in KINDS if k in document)
         want = provisioning_host.resolve() / KINDS[kind] / path.name
         if want != path.resolve():
-            problems.append(f"{path}: Grafana reads {kind} from {PROVISIONING_PATH}/{KINDS[kind]}, which is {want} on the host")
+            problems.append(
+                f"{path}: Grafana reads {kind} from {PROVISIONING_PATH}/{KINDS[kind]}, which is {want} on the host"
+            )
         for provider in document.get("providers", []):
             folder = host_path(mounts, provider["options"]["path"])
             if folder is None:
                 problems.append(f"{path}: provider path {provider['options']['path']} is not mounted")
             elif sorted(p.name for p in folder.glob("*.json")) != sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")):
-                problems.append(f"{path}: {provider['options']['path']} is {folder} on the host, not grafana/dashboards")
+                problems.append(
+                    f"{path}: {provider['options']['path']} is {folder} on the host, not grafana/dashboards"
+                )
     return problems
 
 
@@ -106,7 +111,9 @@ def _datasource_refs(node):
 
 @pytest.mark.parametrize("path", sorted(DASHBOARDS_DIR.glob("*.json")), ids=lambda p: p.stem)
 def test_every_query_uses_the_provisioned_prometheus(path):
-    provisioned = next(s for s in yaml.safe_load(DATASOURCES_FILE.read_text())["datasources"] if s["type"] == "prometheus")
+    provisioned = next(
+        s for s in yaml.safe_load(DATASOURCES_FILE.read_text())["datasources"] if s["type"] == "prometheus"
+    )
     document = json.loads(path.read_text())
     variable = next(v for v in document["templating"]["list"] if v["name"] == "datasource")
     assert variable["type"] == "datasource" and variable["query"] == "prometheus"

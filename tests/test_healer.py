@@ -51,6 +51,7 @@ def no_action(url):
 
 # -- start-up ------------------------------------------------------------------------------------
 
+
 def test_refuses_to_start_without_a_token(capsys, tmp_path):
     with environ({TOKEN_ENV: ""}):
         assert main(["heal", "--port", "1"]) == 2
@@ -83,9 +84,13 @@ def test_token_file_is_created_private_and_kept(tmp_path):
 
 # -- refusals ------------------------------------------------------------------------------------
 
+
 # Fixed ids: the token is random per process, and xdist workers must collect the same test names.
-@pytest.mark.parametrize("token", [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()],
-                         ids=["none", "empty", "wrong", "truncated", "extended", "upper-cased"])
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "x" * 43, TOKEN[:-1], TOKEN + "x", TOKEN.upper()],
+    ids=["none", "empty", "wrong", "truncated", "extended", "upper-cased"],
+)
 def test_missing_or_wrong_token_is_401(healer, token):
     url, _ = healer
     resp = post(url, notification(alert()), token=token)
@@ -96,8 +101,9 @@ def test_missing_or_wrong_token_is_401(healer, token):
 
 def test_other_auth_schemes_are_401(healer):
     url, _ = healer
-    resp = requests.post(f"{url}/alerts", json=notification(alert()), headers={"Authorization": f"Basic {TOKEN}"},
-                         timeout=10)
+    resp = requests.post(
+        f"{url}/alerts", json=notification(alert()), headers={"Authorization": f"Basic {TOKEN}"}, timeout=10
+    )
     assert resp.status_code == 401
 
 
@@ -108,8 +114,10 @@ def test_huge_bodies_are_413_without_being_read(healer):
     assert resp.status_code == 413
     # A declared length is enough: the body is never read.
     with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
-        sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {10**9}\r\n\r\n".encode())
+        sock.sendall(
+            f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {10**9}\r\n\r\n".encode()
+        )
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
     assert metric(url, "leakwatch_healer_notifications_total", outcome="too_large") == 2
     no_action(url)
@@ -119,30 +127,47 @@ def test_bodies_without_length_or_json_type_are_refused(healer):
     url, _ = healer
     port = int(url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode())
+        sock.sendall(
+            f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode()
+        )
         assert sock.recv(4096).startswith(b"HTTP/1.1 411")
     assert post(url, notification(alert()), headers={"Content-Type": "text/plain"}).status_code == 415
     no_action(url)
 
 
-@pytest.mark.parametrize("body, status", [
-    (b"{not json", 400),
-    (b"\xff\xfe\x00", 400),
-    (b"[" * 100000 + b"]" * 100000, 400),   # too deep for the parser: refused, not a crash
-    (b"[]", 422),
-    (b'{"version": "3", "alerts": []}', 422),
-    (b'{"version": "4", "alerts": []}', 422),
-    (b'{"version": "4", "alerts": [1]}', 422),
-    (b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": "X", "remediate": "true"}, '
-     b'"startsAt": "2026-01-01T00:00:00Z"}]}', 422),                         # no fingerprint
-    (b'{"version": "4", "alerts": [{"status": "burning", "labels": {"alertname": "X"}, "fingerprint": "ab", '
-     b'"startsAt": "2026-01-01T00:00:00Z"}]}', 422),
-    (b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": 5}, "fingerprint": "ab", '
-     b'"startsAt": "2026-01-01T00:00:00Z"}]}', 422),
-    (b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": "X", "remediate": "true"}, '
-     b'"fingerprint": "ab", "startsAt": "yesterday"}]}', 422),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        (b"{not json", 400),
+        (b"\xff\xfe\x00", 400),
+        (b"[" * 100000 + b"]" * 100000, 400),  # too deep for the parser: refused, not a crash
+        (b"[]", 422),
+        (b'{"version": "3", "alerts": []}', 422),
+        (b'{"version": "4", "alerts": []}', 422),
+        (b'{"version": "4", "alerts": [1]}', 422),
+        (
+            b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": "X", "remediate": "true"}, '
+            b'"startsAt": "2026-01-01T00:00:00Z"}]}',
+            422,
+        ),  # no fingerprint
+        (
+            b'{"version": "4", "alerts": [{"status": "burning", "labels": {"alertname": "X"}, "fingerprint": "ab", '
+            b'"startsAt": "2026-01-01T00:00:00Z"}]}',
+            422,
+        ),
+        (
+            b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": 5}, "fingerprint": "ab", '
+            b'"startsAt": "2026-01-01T00:00:00Z"}]}',
+            422,
+        ),
+        (
+            b'{"version": "4", "alerts": [{"status": "firing", "labels": {"alertname": "X", "remediate": "true"}, '
+            b'"fingerprint": "ab", "startsAt": "yesterday"}]}',
+            422,
+        ),
+    ],
+)
 def test_malformed_and_wrong_schema_bodies_are_4xx(healer, body, status):
     url, _ = healer
     resp = post(url, body)
@@ -153,8 +178,12 @@ def test_malformed_and_wrong_schema_bodies_are_4xx(healer, body, status):
 
 def test_unknown_alerts_are_422_and_never_acted_on(healer):
     url, _ = healer
-    for labels in ({"remediate": None}, {"remediate": "false"}, {"remediate": "TRUE"}, {"name": "Watchdog",
-                                                                                         "remediate": None}):
+    for labels in (
+        {"remediate": None},
+        {"remediate": "false"},
+        {"remediate": "TRUE"},
+        {"name": "Watchdog", "remediate": None},
+    ):
         resp = post(url, notification(alert(**labels)))
         assert resp.status_code == 422, resp.text
         assert "not labelled remediate" in resp.json()["error"]
@@ -166,7 +195,9 @@ def test_unknown_alerts_are_422_and_never_acted_on(healer):
 
 def test_resolved_alerts_are_200_and_no_action(healer):
     url, _ = healer
-    resp = post(url, notification(alert(status="resolved"), alert(status="resolved", remediate=None), status="resolved"))
+    resp = post(
+        url, notification(alert(status="resolved"), alert(status="resolved", remediate=None), status="resolved")
+    )
     assert resp.status_code == 200 and resp.json()["action"] == "none"
     assert metric(url, "leakwatch_healer_alerts_total", decision="resolved") == 2
     no_action(url)
@@ -174,13 +205,16 @@ def test_resolved_alerts_are_200_and_no_action(healer):
 
 def test_wrong_paths_and_methods(healer):
     url, _ = healer
-    assert requests.post(f"{url}/", json={}, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).status_code == 404
+    assert (
+        requests.post(f"{url}/", json={}, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).status_code == 404
+    )
     assert requests.put(f"{url}/alerts", json={}, timeout=10).status_code == 405
     assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
     no_action(url)
 
 
 # -- acting ----------------------------------------------------------------------------------------
+
 
 def test_a_remediation_alert_drains_and_restarts_once(target, tmp_path):
     """Valid alert -> 202 and one restart; Alertmanager's repeats of it -> no second restart; a new
@@ -212,8 +246,10 @@ def test_a_remediation_alert_drains_and_restarts_once(target, tmp_path):
     # A restarted healer remembers: the same episode and the cooldown still hold.
     with running_healer(target, state_file=tmp_path / "state.json") as (url, _):
         assert post(url, notification(first)).json()["alerts"][0]["decision"] == "duplicate"
-        assert post(url, notification(alert(fingerprint="77", starts_at=time.time()))).json()["alerts"][0][
-            "decision"] == "cooldown"
+        assert (
+            post(url, notification(alert(fingerprint="77", starts_at=time.time()))).json()["alerts"][0]["decision"]
+            == "cooldown"
+        )
         assert metric(url, "leakwatch_healer_last_restart_timestamp_seconds") == pytest.approx(restarted_at, abs=5)
     assert target.pid() == pid_after
 
@@ -268,10 +304,25 @@ def test_healer_cli_serves_until_sigterm(target, tmp_path):
 
     token_file = ensure_file(tmp_path / "token")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "leakwatch", "heal", "--token-file", str(token_file), "--port",
-                             str(port), "--supervisor-socket", str(target.layout.supervisor_socket),
-                             "--vllm-url", target.url], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "LEAKWATCH_HEALER_TOKEN": ""})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leakwatch",
+            "heal",
+            "--token-file",
+            str(token_file),
+            "--port",
+            str(port),
+            "--supervisor-socket",
+            str(target.layout.supervisor_socket),
+            "--vllm-url",
+            target.url,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LEAKWATCH_HEALER_TOKEN": ""},
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _up(url), timeout=30)

@@ -32,9 +32,18 @@ def real_alertmanager(folder, healer_url: str, token_file):
     config.write_text(yaml.safe_dump(alertmanager_config(healer_url + HEALER_PATH, str(token_file))))
     port = free_port()
     log = open(folder / "alertmanager.log", "w")
-    proc = subprocess.Popen([ALERTMANAGER, f"--config.file={config}", f"--storage.path={folder / 'am-data'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-                             f"--web.config.file={web_config}"], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={config}",
+            f"--storage.path={folder / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            f"--web.config.file={web_config}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     auth = (webauth.USER, webauth.read_password(password_file))
 
@@ -55,32 +64,59 @@ def real_alertmanager(folder, healer_url: str, token_file):
 
 def remediation_alert(**labels) -> list[dict]:
     now = datetime.now(timezone.utc)
-    return [{"labels": {"alertname": "HostMemoryLeak", "severity": "critical", "remediate": "true",
-                        "job": "leakwatch", "instance": "127.0.0.1:9405", "role": "api", **labels},
-             "annotations": {"summary": "forged"}, "startsAt": now.isoformat(),
-             "endsAt": (now + timedelta(hours=1)).isoformat()}]
+    return [
+        {
+            "labels": {
+                "alertname": "HostMemoryLeak",
+                "severity": "critical",
+                "remediate": "true",
+                "job": "leakwatch",
+                "instance": "127.0.0.1:9405",
+                "role": "api",
+                **labels,
+            },
+            "annotations": {"summary": "forged"},
+            "startsAt": now.isoformat(),
+            "endsAt": (now + timedelta(hours=1)).isoformat(),
+        }
+    ]
 
 
 @pytest.mark.skipif(not __import__("os").path.exists(ALERTMANAGER), reason="Debian's prometheus-alertmanager")
 def test_alertmanager_refuses_unauthenticated_alerts_and_silences_and_only_authenticated_ones_restart(tmp_path):
-    with supervised_standin() as target, \
-            healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown_s=0) as healer, \
-            real_alertmanager(tmp_path, healer.url, tmp_path / "token") as (am, auth):
+    with (
+        supervised_standin() as target,
+        healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown_s=0) as healer,
+        real_alertmanager(tmp_path, healer.url, tmp_path / "token") as (am, auth),
+    ):
         before = len(target.starts())
         # The attack of the issue: an unauthenticated alert labelled for remediation, and a 30-day silence.
         resp = requests.post(f"{am}/api/v2/alerts", json=remediation_alert(), timeout=10)
         assert resp.status_code == 401, resp.text
         now = datetime.now(timezone.utc)
-        silence = {"matchers": [{"name": "alertname", "value": ".+", "isRegex": True}], "createdBy": "attacker",
-                   "comment": "x", "startsAt": now.isoformat(), "endsAt": (now + timedelta(days=30)).isoformat()}
+        silence = {
+            "matchers": [{"name": "alertname", "value": ".+", "isRegex": True}],
+            "createdBy": "attacker",
+            "comment": "x",
+            "startsAt": now.isoformat(),
+            "endsAt": (now + timedelta(days=30)).isoformat(),
+        }
         assert requests.post(f"{am}/api/v2/silences", json=silence, timeout=10).status_code == 401
         assert requests.get(f"{am}/api/v2/alerts", timeout=10).status_code == 401
-        assert requests.post(f"{am}/api/v2/alerts", json=remediation_alert(), auth=("leakwatch", "guess" * 4),
-                             timeout=10).status_code == 401
+        assert (
+            requests.post(
+                f"{am}/api/v2/alerts", json=remediation_alert(), auth=("leakwatch", "guess" * 4), timeout=10
+            ).status_code
+            == 401
+        )
         # A forged alert with the credentials of Alertmanager but another name never reaches the healer:
         # the generated route carries the same allowlist.
-        assert requests.post(f"{am}/api/v2/alerts", json=remediation_alert(alertname="TotallyNotALeak"),
-                             auth=auth, timeout=10).status_code == 200
+        assert (
+            requests.post(
+                f"{am}/api/v2/alerts", json=remediation_alert(alertname="TotallyNotALeak"), auth=auth, timeout=10
+            ).status_code
+            == 200
+        )
         assert requests.get(f"{am}/api/v2/silences", auth=auth, timeout=10).json() == []
         time.sleep(15)  # the remediation route's group_wait is 10 s
         assert len(target.starts()) == before

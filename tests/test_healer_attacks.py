@@ -14,8 +14,15 @@ import time
 import pytest
 import requests
 
-from .healer_support import (alert, healer_process, metric, notification, start_healer_process,
-                             supervised_standin, wait_for)
+from .healer_support import (
+    alert,
+    healer_process,
+    metric,
+    notification,
+    start_healer_process,
+    supervised_standin,
+    wait_for,
+)
 
 # Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
 pytestmark = pytest.mark.integration
@@ -42,6 +49,7 @@ def decision(resp) -> str:
 
 # -- finding 1: a failed state write must not wedge the healer --------------------------------------
 
+
 def test_a_failed_state_write_claims_nothing_and_the_next_episode_restarts(target, tmp_path):
     state = tmp_path / "state" / "state.json"
     with healer_process(target, tmp_path, state_file=state, cooldown_s=0) as healer:
@@ -63,6 +71,7 @@ def test_a_failed_state_write_claims_nothing_and_the_next_episode_restarts(targe
 
 # -- finding 2: a hung supervisord fails the restart in bounded time ------------------------------
 
+
 def test_a_hung_supervisord_fails_the_restart_in_bounded_time_and_the_healer_recovers(target, tmp_path):
     supervisord_pid = int(target.layout.supervisord_pid.read_text())
     with healer_process(target, tmp_path, cooldown_s=0) as healer:
@@ -74,8 +83,11 @@ def test_a_hung_supervisord_fails_the_restart_in_bounded_time_and_the_healer_rec
             # The healer keeps answering while supervisord hangs ...
             assert requests.get(f"{healer.url}/healthz", timeout=5).status_code == 200
             # ... and gives up on it within its RPC timeout (10 s), not after the hang ends.
-            wait_for(lambda: metric(healer.url, "leakwatch_healer_restarts_total", result="failed") == 1, timeout=40,
-                     what="the restart failing")
+            wait_for(
+                lambda: metric(healer.url, "leakwatch_healer_restarts_total", result="failed") == 1,
+                timeout=40,
+                what="the restart failing",
+            )
             assert time.monotonic() - began < 35
             assert metric(healer.url, "leakwatch_healer_remediation_in_progress") == 0
         finally:
@@ -88,6 +100,7 @@ def test_a_hung_supervisord_fails_the_restart_in_bounded_time_and_the_healer_rec
 
 
 # -- finding 3: an episode answered in_progress is decided anew later -------------------------------
+
 
 def test_an_episode_that_begins_during_a_restart_is_acted_on_after_it(target, tmp_path):
     with healer_process(target, tmp_path, cooldown_s=0) as healer:
@@ -106,13 +119,17 @@ def test_an_episode_that_begins_during_a_restart_is_acted_on_after_it(target, tm
 
 # -- finding 4: the allowlist -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("labels, reason", [
-    ({"name": "TotallyNotALeak"}, "not an alert the healer remediates"),
-    ({"instance": "other-host:9405"}, "is not this healer's"),
-    ({"job": "node"}, "is not one the healer remediates"),
-    ({"job": None}, "is not one the healer remediates"),
-    ({"remediate": "yes"}, "not labelled remediate"),
-])
+
+@pytest.mark.parametrize(
+    "labels, reason",
+    [
+        ({"name": "TotallyNotALeak"}, "not an alert the healer remediates"),
+        ({"instance": "other-host:9405"}, "is not this healer's"),
+        ({"job": "node"}, "is not one the healer remediates"),
+        ({"job": None}, "is not one the healer remediates"),
+        ({"remediate": "yes"}, "not labelled remediate"),
+    ],
+)
 def test_forged_or_foreign_alerts_never_restart(target, tmp_path, labels, reason):
     with healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown_s=0) as healer:
         before = len(target.starts())
@@ -136,6 +153,7 @@ def test_target_flag_is_checked(target, tmp_path):
 
 
 # -- finding 6: state across healer restarts ---------------------------------------------------------
+
 
 def test_the_hourly_cap_holds_across_healer_restarts(target, tmp_path):
     state = tmp_path / "state.json"
@@ -177,6 +195,7 @@ def test_state_writes_are_durable_and_atomic(target, tmp_path):
 
 # -- finding 7 and the minor ones: the HTTP side ------------------------------------------------------
 
+
 def _port(healer) -> int:
     return int(healer.url.rsplit(":", 1)[1])
 
@@ -207,6 +226,7 @@ def test_fat_headers_are_refused_before_they_cost_memory(target, tmp_path):
             sock = socket.create_connection(("127.0.0.1", _port(healer)), timeout=20)
             socks.append(sock)
         try:
+
             def send(sock):
                 try:
                     sock.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\n")
@@ -242,7 +262,7 @@ def test_slow_connections_cost_no_threads_and_a_real_notification_gets_through(t
         try:
             for _ in range(400):
                 sock = socket.create_connection(("127.0.0.1", _port(healer)), timeout=20)
-                sock.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\n")   # and then nothing
+                sock.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\n")  # and then nothing
                 socks.append(sock)
             time.sleep(1)
             assert healer.threads() <= threads_before + 2, (threads_before, healer.threads())
@@ -318,17 +338,25 @@ def test_a_storm_of_identical_notifications_restarts_at_most_once(target, tmp_pa
         settled(target, before + 1)
 
 
-@pytest.mark.parametrize("headers, status", [
-    ("Content-Length: 1_0\r\n", 400),
-    ("Content-Length: +10\r\n", 400),
-    ("Content-Length: 10\r\nContent-Length: 10\r\n", 400),
-    ("Content-Length: 0x10\r\n", 400),
-    ("Content-Length:  10 \r\n X-Folded: yes\r\n", 400),
-])
+@pytest.mark.parametrize(
+    "headers, status",
+    [
+        ("Content-Length: 1_0\r\n", 400),
+        ("Content-Length: +10\r\n", 400),
+        ("Content-Length: 10\r\nContent-Length: 10\r\n", 400),
+        ("Content-Length: 0x10\r\n", 400),
+        ("Content-Length:  10 \r\n X-Folded: yes\r\n", 400),
+    ],
+)
 def test_strict_content_length(target, tmp_path, headers, status):
     with healer_process(target, tmp_path) as healer:
-        reply = _raw(healer, (f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {healer.token}\r\n"
-                              f"Content-Type: application/json\r\n{headers}\r\n" + "{}" * 5).encode())
+        reply = _raw(
+            healer,
+            (
+                f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {healer.token}\r\n"
+                f"Content-Type: application/json\r\n{headers}\r\n" + "{}" * 5
+            ).encode(),
+        )
         assert reply.startswith(f"HTTP/1.1 {status}".encode()), reply[:200]
 
 
@@ -337,9 +365,15 @@ def test_a_duplicate_authorization_header_is_refused(target, tmp_path):
         before = len(target.starts())
         body = json.dumps(notification(alert(fingerprint="99", starts_at=time.time()))).encode()
         for first, second in ((healer.token, "wrong"), ("wrong", healer.token)):
-            reply = _raw(healer, (f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {first}\r\n"
-                                  f"Authorization: Bearer {second}\r\nContent-Type: application/json\r\n"
-                                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+            reply = _raw(
+                healer,
+                (
+                    f"POST /alerts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {first}\r\n"
+                    f"Authorization: Bearer {second}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                + body,
+            )
             assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
             assert b"duplicate Authorization" in reply
         settled(target, before, quiet_s=1)

@@ -19,8 +19,9 @@ from leakwatch.generate.socket_proxy import list_query, vllm_container_names
 from leakwatch.heal.restarters import DockerRestarter, RestartError
 
 PROJECT = "leakwatch"
-ALLOWED_POST = re.compile(r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT)))
-                          + r")/restart$")
+ALLOWED_POST = re.compile(
+    r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
+)
 LABEL = "io.leakwatch.role=vllm"
 
 
@@ -50,8 +51,12 @@ class FakeDockerProxy:
                 if not (re.match(r"^(/v[\d.]+)?/containers/json$", url.path) and url.query == proxy.allowed_query):
                     return self._reply(403, b"<html>403 Forbidden</html>")
                 filters = json.loads(query["filters"][0])
-                found = [c for c in proxy.containers if c["State"] in filters["status"]
-                         and set(filters["label"]) <= {f"{k}={v}" for k, v in c["Labels"].items()}]
+                found = [
+                    c
+                    for c in proxy.containers
+                    if c["State"] in filters["status"]
+                    and set(filters["label"]) <= {f"{k}={v}" for k, v in c["Labels"].items()}
+                ]
                 return self._reply(200, found)
 
             def do_POST(self):
@@ -75,8 +80,12 @@ class FakeDockerProxy:
 
 
 def container(cid: str, name: str, labels: dict, state: str = "running", project: str = PROJECT) -> dict:
-    return {"Id": cid, "Names": [f"/{name}"], "State": state,
-            "Labels": {**labels, "com.docker.compose.project": project}}
+    return {
+        "Id": cid,
+        "Names": [f"/{name}"],
+        "State": state,
+        "Labels": {**labels, "com.docker.compose.project": project},
+    }
 
 
 VLLM = {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}
@@ -84,8 +93,12 @@ VLLM = {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}
 
 @pytest.fixture
 def proxy():
-    p = FakeDockerProxy([container("abc123def456", "leakwatch-vllm-demo-1", VLLM),
-                         container("999888777666", "leakwatch-prometheus-1", {"com.docker.compose.service": "prometheus"})])
+    p = FakeDockerProxy(
+        [
+            container("abc123def456", "leakwatch-vllm-demo-1", VLLM),
+            container("999888777666", "leakwatch-prometheus-1", {"com.docker.compose.service": "prometheus"}),
+        ]
+    )
     yield p
     p.close()
 

@@ -22,8 +22,12 @@ ROUTES = REPO_ROOT / "alertmanager" / "alertmanager.yml"
 def remediated_rules() -> set[str]:
     cfg = heal_config.load()
     doc = yaml.safe_load(RULES.read_text())
-    return {r["alert"] for g in doc["groups"] for r in g["rules"]
-            if "alert" in r and r.get("labels", {}).get(cfg.label_name) == cfg.label_value}
+    return {
+        r["alert"]
+        for g in doc["groups"]
+        for r in g["rules"]
+        if "alert" in r and r.get("labels", {}).get(cfg.label_name) == cfg.label_value
+    }
 
 
 def test_every_rule_labelled_for_remediation_is_on_the_allowlist_and_back():
@@ -31,8 +35,12 @@ def test_every_rule_labelled_for_remediation_is_on_the_allowlist_and_back():
 
 
 def receivers(*labels: str) -> list[str]:
-    result = subprocess.run(["amtool", "config", "routes", "test", f"--config.file={ROUTES}", *labels],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["amtool", "config", "routes", "test", f"--config.file={ROUTES}", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().split(",")
 
@@ -40,15 +48,18 @@ def receivers(*labels: str) -> list[str]:
 @pytest.mark.parametrize("alertname", sorted(heal_config.load().alerts))
 @pytest.mark.parametrize("job", sorted(heal_config.load().jobs))
 def test_allowed_alerts_route_to_the_healer(alertname, job):
-    assert "remediation" in receivers(f"alertname={alertname}", f"job={job}", 'remediate=true', "severity=critical")
+    assert "remediation" in receivers(f"alertname={alertname}", f"job={job}", "remediate=true", "severity=critical")
 
 
-@pytest.mark.parametrize("labels", [
-    ["alertname=TotallyNotALeak", "job=leakwatch", "remediate=true"],
-    ["alertname=HostMemoryLeak", "job=node", "remediate=true"],
-    ["alertname=HostMemoryLeak", "remediate=true"],
-    ["alertname=HostMemoryLeak", "job=leakwatch"],
-])
+@pytest.mark.parametrize(
+    "labels",
+    [
+        ["alertname=TotallyNotALeak", "job=leakwatch", "remediate=true"],
+        ["alertname=HostMemoryLeak", "job=node", "remediate=true"],
+        ["alertname=HostMemoryLeak", "remediate=true"],
+        ["alertname=HostMemoryLeak", "job=leakwatch"],
+    ],
+)
 def test_other_alerts_never_route_to_the_healer(labels):
     assert "remediation" not in receivers(*labels, "severity=critical")
 

@@ -22,8 +22,10 @@ from leakwatch.topology import native_jobs
 from .conftest import environ, short_state_dir
 from .healer_support import wait_for
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"), reason="Debian's prometheus")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"), reason="Debian's prometheus"),
+]
 
 
 @contextlib.contextmanager
@@ -34,8 +36,13 @@ def native_prometheus(lifecycle: bool = False):
     with environ(env):
         settings = load_settings()
         password_file, _ = webauth.ensure(layout.secrets)
-        conf = prometheus_config(settings, native_jobs(settings), [f"127.0.0.1:{free_port()}"], [],
-                                 basic_auth=webauth.basic_auth_config(str(password_file)))
+        conf = prometheus_config(
+            settings,
+            native_jobs(settings),
+            [f"127.0.0.1:{free_port()}"],
+            [],
+            basic_auth=webauth.basic_auth_config(str(password_file)),
+        )
         (layout.conf / "prometheus.yml").write_text(yamlfmt.dump(conf, "test"))
         program = next(p for p in stack_programs(settings, profiles.load("demo"), layout) if p.name == "prometheus")
         log = open(layout.logs / "prometheus.log", "w")
@@ -43,6 +50,7 @@ def native_prometheus(lifecycle: bool = False):
     url = f"http://127.0.0.1:{env['PROMETHEUS_PORT']}"
     auth = (webauth.USER, webauth.read_password(password_file))
     try:
+
         def ready():
             try:
                 return requests.get(f"{url}/-/ready", auth=auth, timeout=2).status_code == 200
@@ -64,10 +72,16 @@ def test_prometheus_asks_for_credentials_and_has_no_lifecycle_api():
     with native_prometheus() as (url, auth, proc):
         for path in ("/api/v1/query?query=up", "/-/ready", "/metrics", "/graph"):
             assert requests.get(f"{url}{path}", timeout=10).status_code == 401, path
-        assert requests.get(f"{url}/api/v1/query", params={"query": "up"}, auth=("leakwatch", "x" * 20),
-                            timeout=10).status_code == 401
-        assert requests.get(f"{url}/api/v1/query", params={"query": "up"}, auth=auth, timeout=10).json()[
-            "status"] == "success"
+        assert (
+            requests.get(
+                f"{url}/api/v1/query", params={"query": "up"}, auth=("leakwatch", "x" * 20), timeout=10
+            ).status_code
+            == 401
+        )
+        assert (
+            requests.get(f"{url}/api/v1/query", params={"query": "up"}, auth=auth, timeout=10).json()["status"]
+            == "success"
+        )
         # The attack of the issue: /-/quit. Refused without credentials, and off even with them.
         assert requests.post(f"{url}/-/quit", timeout=10).status_code == 401
         assert requests.post(f"{url}/-/quit", auth=auth, timeout=10).status_code == 403

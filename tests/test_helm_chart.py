@@ -12,10 +12,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from leakwatch import profiles as model_profiles
 from leakwatch.errors import LeakwatchError
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_budget_s
-from leakwatch import profiles as model_profiles
 from tests.helm_support import CRD_KINDS, validate_crd_objects
 
 # Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
@@ -24,8 +24,10 @@ pytestmark = pytest.mark.integration
 # kubeVersion in Chart.yaml is >=1.25; kubernetes-validate's newest schemas are 1.37.
 KUBE_VERSIONS = ("1.25.0", "1.37.0")
 VALUES_FILES = engine.values_files()
-HEALER_ON = {"healer": {"enabled": True, "tokenSecret": {"name": "leakwatch-healer"}},
-             "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "leakwatch"}}}
+HEALER_ON = {
+    "healer": {"enabled": True, "tokenSecret": {"name": "leakwatch-healer"}},
+    "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "leakwatch"}},
+}
 
 
 def by_kind(objects: list[dict], kind: str) -> list[dict]:
@@ -37,9 +39,15 @@ def rendered() -> dict[str, list[dict]]:
     """Values file name -> objects, with the healer and its AlertmanagerConfig switched on so every
     template renders; plus every profile together and the ServiceMonitor variant."""
     out = {f.name: engine.render(engine.load_values(f, overrides=HEALER_ON)) for f in VALUES_FILES}
-    out["all-profiles"] = engine.render(engine.load_values(*VALUES_FILES, overrides={
-        "monitoring": {"kind": "ServiceMonitor", "additionalLabels": {"release": "kube-prometheus-stack"}},
-        "models": {"demo": {"replicas": 2}}}))
+    out["all-profiles"] = engine.render(
+        engine.load_values(
+            *VALUES_FILES,
+            overrides={
+                "monitoring": {"kind": "ServiceMonitor", "additionalLabels": {"release": "kube-prometheus-stack"}},
+                "models": {"demo": {"replicas": 2}},
+            },
+        )
+    )
     return out
 
 
@@ -72,7 +80,9 @@ def test_core_objects_validate_strictly(rendered, kube_version):
             try:
                 kubernetes_validate.validate(obj, kube_version, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {kube_version}: {exc.message}")
+                pytest.fail(
+                    f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {kube_version}: {exc.message}"
+                )
             checked += 1
     assert checked >= 20
 
@@ -84,8 +94,12 @@ def test_crd_objects_validate_against_the_operator_schemas(rendered):
 
 
 def test_the_crd_validator_rejects_a_bad_rule():
-    bad = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "bad"},
-           "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "ten minutes"}]}]}}
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "bad"},
+        "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "ten minutes"}]}]},
+    }
     errors = validate_crd_objects([bad])
     assert len(errors) == 1 and "for" in errors[0]
 
@@ -104,8 +118,11 @@ def test_bad_values_get_a_clear_error():
 def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file):
     profile = model_profiles.load(values_file.stem.removeprefix("values-"))
     stack = facts()
-    (deployment,) = [d for d in by_kind(rendered[values_file.name], "Deployment")
-                     if d["spec"]["template"]["metadata"]["labels"].get(identity.MODEL_LABEL) == profile.name]
+    (deployment,) = [
+        d
+        for d in by_kind(rendered[values_file.name], "Deployment")
+        if d["spec"]["template"]["metadata"]["labels"].get(identity.MODEL_LABEL) == profile.name
+    ]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["shareProcessNamespace"] is True
     vllm, exporter = pod["containers"]
@@ -129,7 +146,7 @@ def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file
         assert args[args.index("--tensor-parallel-size") + 1] == str(profile.vllm["tensor_parallel_size"])
     else:
         assert "nvidia.com/gpu" not in limits
-    assert "memory" in limits   # the cgroup bound the host-exhaustion rules forecast against
+    assert "memory" in limits  # the cgroup bound the host-exhaustion rules forecast against
 
 
 def test_iquest_gets_four_gpus_and_tensor_parallel_four(rendered):
@@ -146,13 +163,17 @@ def test_pdb_only_above_one_replica(rendered):
 
 
 def test_one_deployment_per_profile_when_combined(rendered):
-    names = {d["spec"]["template"]["metadata"]["labels"][identity.MODEL_LABEL] for d in by_kind(rendered["all-profiles"], "Deployment")}
+    names = {
+        d["spec"]["template"]["metadata"]["labels"][identity.MODEL_LABEL]
+        for d in by_kind(rendered["all-profiles"], "Deployment")
+    }
     assert names == set(model_profiles.available())
 
 
 def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
-    pod_monitor, healer_monitor = sorted(by_kind(rendered["values-demo.yaml"], "PodMonitor"),
-                                         key=lambda m: m["metadata"]["name"])
+    pod_monitor, healer_monitor = sorted(
+        by_kind(rendered["values-demo.yaml"], "PodMonitor"), key=lambda m: m["metadata"]["name"]
+    )
     assert healer_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == identity.JOBS["healer"]
     (service_monitor,) = by_kind(rendered["all-profiles"], "ServiceMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -199,7 +220,9 @@ def test_healer_role_allows_only_reading_pods_and_evicting(rendered):
     objects = rendered["values-demo.yaml"]
     (role,) = by_kind(objects, "Role")
     assert sorted((tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]) == [
-        (("pods",), ("get", "list")), (("pods/eviction",), ("create",))]
+        (("pods",), ("get", "list")),
+        (("pods/eviction",), ("create",)),
+    ]
     (healer,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-healer")]
     args = healer["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--restarter") + 1] == "kubernetes"
@@ -217,7 +240,8 @@ def test_alertmanager_config_routes_remediable_alerts_to_the_healer(rendered):
     assert route["matchers"] == [
         {"name": stack["remediationLabel"]["name"], "value": stack["remediationLabel"]["value"], "matchType": "="},
         {"name": "alertname", "value": "|".join(stack["remediableAlerts"]), "matchType": "=~"},
-        {"name": "job", "value": "|".join(stack["remediableJobs"]), "matchType": "=~"}]
+        {"name": "job", "value": "|".join(stack["remediableJobs"]), "matchType": "=~"},
+    ]
     assert route["groupBy"][:2] == identity.HOST_LABELS
     (hook,) = amc["spec"]["receivers"][0]["webhookConfigs"]
     assert re.fullmatch(rf"http://leakwatch-healer\.leakwatch\.svc:{stack['ports']['healer']}/alerts", hook["url"])
@@ -231,8 +255,11 @@ def test_values_yaml_documents_every_line():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         key = line.split(":")[0].strip()
-        documented = "#" in line or any(lines[j].lstrip().startswith("#") for j in range(max(0, i - 1), i)) \
-            or line.startswith("    ")   # members of a documented block
+        documented = (
+            "#" in line
+            or any(lines[j].lstrip().startswith("#") for j in range(max(0, i - 1), i))
+            or line.startswith("    ")
+        )  # members of a documented block
         assert documented, f"values.yaml line {i + 1} ({key}) has no comment"
     yaml.safe_load("\n".join(lines))
 

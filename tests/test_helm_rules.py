@@ -72,7 +72,7 @@ def test_the_diff_sees_a_changed_threshold(tmp_path):
     theirs = [r["expr"] for g in compose_groups() for r in g["rules"]]
     differing = [a for a, b in zip(mine, theirs) if a != b]
     assert len(mine) == len(theirs) and differing
-    assert all("3145728" in text for text in differing)   # 3 MiB per request, in bytes
+    assert all("3145728" in text for text in differing)  # 3 MiB per request, in bytes
 
 
 def test_every_join_is_per_replica():
@@ -151,7 +151,8 @@ def _pod_labels_kept(groups: list[dict]) -> dict[tuple[str, str], str]:
         for rule in group["rules"]:
             clauses = re.findall(r"\bby \(([^)]*)\)", rule["expr"])
             drops = any(not c.startswith(host) for c in clauses) or any(
-                re.search(rf"{re.escape(record)}\b", rule["expr"]) for record in dropping_records)
+                re.search(rf"{re.escape(record)}\b", rule["expr"]) for record in dropping_records
+            )
             if "record" in rule:
                 if drops:
                     dropping_records.add(rule["record"])
@@ -182,11 +183,14 @@ def test_compose_promtool_unit_tests_pass_on_the_chart_rules(test_file, rules_fi
                 pods_of_instance[instance] = pod
         for case in test.get("alert_rule_test", []):
             if (test["name"], case["alertname"], None) in KUBERNETES_DIFFERENCES:
-                case["exp_alerts"] = None   # marked below and removed
+                case["exp_alerts"] = None  # marked below and removed
                 continue
-            case["exp_alerts"] = [a for a in case.get("exp_alerts", [])
-                                  if (test["name"], case["alertname"], a.get("exp_labels", {}).get("severity"))
-                                  not in KUBERNETES_DIFFERENCES]
+            case["exp_alerts"] = [
+                a
+                for a in case.get("exp_alerts", [])
+                if (test["name"], case["alertname"], a.get("exp_labels", {}).get("severity"))
+                not in KUBERNETES_DIFFERENCES
+            ]
             for alert in case["exp_alerts"]:
                 labels = alert.setdefault("exp_labels", {})
                 if labels.get("job") in JOB_RENAMES:
@@ -211,6 +215,7 @@ def test_compose_promtool_unit_tests_pass_on_the_chart_rules(test_file, rules_fi
 
 
 # -- backtest: two replicas, one leaks -------------------------------------------------------------
+
 
 class _ReplicaSink:
     """Writes a simulated host's series as one pod of the chart would have them scraped: the
@@ -288,9 +293,13 @@ def test_host_leak_exhaustion_on_kubernetes_uses_the_pods_memory_limit(rules_fil
         labels = f'instance="{ip}:9405",job="leakwatch",namespace="{pod["namespace"]}",pod="{pod["pod"]}"'
         # What is left under the limit falls as in the compose test's MemAvailable (1 MiB a minute).
         pss = f"{limit - 314572800}+1048576x200" if pod is POD else f"{limit // 2}x200"
-        series += [{"series": f"leakwatch_cgroup_memory_limit_bytes{{{labels}}}", "values": f"{limit}x200"},
-                   {"series": f'leakwatch_process_proportional_memory_bytes{{role="worker",rank="0",{labels}}}',
-                    "values": pss}]
+        series += [
+            {"series": f"leakwatch_cgroup_memory_limit_bytes{{{labels}}}", "values": f"{limit}x200"},
+            {
+                "series": f'leakwatch_process_proportional_memory_bytes{{role="worker",rank="0",{labels}}}',
+                "values": pss,
+            },
+        ]
     case["input_series"] = series
     for check in case["alert_rule_test"]:
         for alert in check["exp_alerts"]:

@@ -22,8 +22,9 @@ MODEL = {identity.MODEL_LABEL: "demo", "app.kubernetes.io/component": "vllm"}
 
 @pytest.fixture(scope="module")
 def chart_role_rules() -> list[dict]:
-    values = engine.load_values(engine.values_files()[0],
-                                overrides={"healer": {"enabled": True, "tokenSecret": {"name": "t"}}})
+    values = engine.load_values(
+        engine.values_files()[0], overrides={"healer": {"enabled": True, "tokenSecret": {"name": "t"}}}
+    )
     (role,) = [o for o in engine.render(values, namespace=NAMESPACE) if o["kind"] == "Role"]
     return role["rules"]
 
@@ -38,8 +39,20 @@ def cluster(chart_role_rules) -> StandinCluster:
 
 
 def alert(pod: str, namespace: str = NAMESPACE) -> Alert:
-    return Alert("firing", "HostMemoryLeak", {"alertname": "HostMemoryLeak", "namespace": namespace, "pod": pod,
-                                               "job": identity.JOBS["exporter"], "severity": "critical", "remediate": "true"}, "ab12", time.time())
+    return Alert(
+        "firing",
+        "HostMemoryLeak",
+        {
+            "alertname": "HostMemoryLeak",
+            "namespace": namespace,
+            "pod": pod,
+            "job": identity.JOBS["exporter"],
+            "severity": "critical",
+            "remediate": "true",
+        },
+        "ab12",
+        time.time(),
+    )
 
 
 def restarter(server: StandinApiServer, **kw) -> KubernetesRestarter:
@@ -65,7 +78,7 @@ def test_evicts_the_named_pod_and_waits_for_its_replacement(cluster):
 
 def test_a_pdb_refusal_is_retried_and_counted(cluster):
     cluster.pdbs.append(StandinPDB(MODEL, max_unavailable=1))
-    cluster.pods["leakwatch-demo-bbbbb"].ready = False          # one replica already down
+    cluster.pods["leakwatch-demo-bbbbb"].ready = False  # one replica already down
     counted = []
     with StandinApiServer(cluster) as server:
         r = restarter(server, retries=2, on_refused=lambda: counted.append(1))
@@ -73,7 +86,7 @@ def test_a_pdb_refusal_is_retried_and_counted(cluster):
             r.restart(alert("leakwatch-demo-aaaaa"))
     assert r.refused == len(counted) == 3
     assert [s for m, p, s in cluster.requests if p.endswith("/eviction")] == [429, 429, 429]
-    assert "leakwatch-demo-aaaaa" in cluster.pods                # nothing lost
+    assert "leakwatch-demo-aaaaa" in cluster.pods  # nothing lost
 
 
 def test_a_pdb_that_frees_up_lets_the_retry_through(cluster):
@@ -82,7 +95,8 @@ def test_a_pdb_that_frees_up_lets_the_retry_through(cluster):
     other.ready = False
 
     def sleep(_s):
-        other.ready = True      # the other replica became ready while the healer waited
+        other.ready = True  # the other replica became ready while the healer waited
+
     with StandinApiServer(cluster) as server:
         r = restarter(server, retries=3, sleep=sleep)
         r.restart(alert("leakwatch-demo-aaaaa"))
@@ -114,6 +128,7 @@ def test_a_pod_gone_between_reading_and_evicting_is_a_404(cluster):
             found = real_target(labels)
             cluster.pods.pop(labels["pod"])
             return found
+
         r.target = target_then_vanish
         with pytest.raises(RestartError, match="vanished"):
             r.restart(alert("leakwatch-demo-aaaaa"))

@@ -25,8 +25,13 @@ def test_planner_matches_vllm_for_the_running_demo(native_stack):
     metrics = requests.get(f"{native_stack.vllm_url}/metrics", timeout=30).text
     assert check_kv_capacity.kv_tokens_from_metrics(metrics) == capacity.plan(profiles.load("demo")).kv_tokens
 
-    result = subprocess.run([sys.executable, str(SCRIPT), "demo", "--url", native_stack.vllm_url],
-                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "demo", "--url", native_stack.vllm_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("ok   demo: KV tokens vLLM") and "= 1.000" in result.stdout
 
@@ -39,7 +44,12 @@ def test_a_drifted_plan_is_reported(native_stack, tmp_path):
         "capacity.plan = lambda p: __import__('dataclasses').replace(real(p), kv_tokens=2 * real(p).kv_tokens); "
         "raise SystemExit(c.main(['demo', '--url', sys.argv[2]]))"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(SCRIPT.parent), native_stack.vllm_url],
-                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(SCRIPT.parent), native_stack.vllm_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("OFF  demo:") and "= 0.500" in result.stdout

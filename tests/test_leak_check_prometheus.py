@@ -29,15 +29,30 @@ INJECTED = 2 * MB
 
 
 def _concat(a: Scenario, b: Scenario) -> Scenario:
-    return Scenario(np.concatenate([a.t, b.t]), np.concatenate([a.requests, b.requests]),
-                    np.concatenate([a.start_time, b.start_time]),
-                    {k: np.concatenate([a.memory[k], b.memory[k]]) for k in a.memory})
+    return Scenario(
+        np.concatenate([a.t, b.t]),
+        np.concatenate([a.requests, b.requests]),
+        np.concatenate([a.start_time, b.start_time]),
+        {k: np.concatenate([a.memory[k], b.memory[k]]) for k in a.memory},
+    )
 
 
-LEAKY = make(hours=HOURS, step=STEP, requests_per_s=0.05, bytes_per_request=INJECTED, noise=10 * MB, ar=0.5,
-             restarts_at=(2 * 3600,), warmup_s=300, warmup_bytes=200 * MB, t0=LEAK_T0, seed=21)
-HEALTHY = make(hours=HOURS, step=STEP, requests_per_s=0.05, bytes_per_request=0, noise=10 * MB, ar=0.5,
-               t0=HEALTHY_T0, seed=22)
+LEAKY = make(
+    hours=HOURS,
+    step=STEP,
+    requests_per_s=0.05,
+    bytes_per_request=INJECTED,
+    noise=10 * MB,
+    ar=0.5,
+    restarts_at=(2 * 3600,),
+    warmup_s=300,
+    warmup_bytes=200 * MB,
+    t0=LEAK_T0,
+    seed=21,
+)
+HEALTHY = make(
+    hours=HOURS, step=STEP, requests_per_s=0.05, bytes_per_request=0, noise=10 * MB, ar=0.5, t0=HEALTHY_T0, seed=22
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +89,13 @@ def test_prometheus_path_gives_the_same_numbers_as_the_samples(prometheus_url, c
     analysis of the samples that went into it."""
     _, out, _ = run_cli(capsys, "check", "--prometheus", prometheus_url, *window(LEAK_T0), "--json")
     via_prometheus = json.loads(out)["series"][0]["bytes_per_request"]
-    direct = analyse(LEAKY.timeline(), LEAKY.series(), check_config.load(), start=LEAK_T0,
-                     end=LEAK_T0 + HOURS * 3600, step=STEP).series[0].bytes_per_request
+    direct = (
+        analyse(
+            LEAKY.timeline(), LEAKY.series(), check_config.load(), start=LEAK_T0, end=LEAK_T0 + HOURS * 3600, step=STEP
+        )
+        .series[0]
+        .bytes_per_request
+    )
     assert via_prometheus["estimate"] == pytest.approx(direct.estimate, rel=1e-9)
     assert via_prometheus["low"] == pytest.approx(direct.low, rel=1e-9)
     assert via_prometheus["high"] == pytest.approx(direct.high, rel=1e-9)
@@ -90,14 +110,16 @@ def test_check_on_the_healthy_history_is_no_leak_and_exits_0(prometheus_url, cap
 
 def test_a_short_window_is_inconclusive_and_exits_3(prometheus_url, capsys):
     t0 = LEAK_T0 + 3 * 3600
-    code, out, _ = run_cli(capsys, "check", "--prometheus", prometheus_url, "--start", str(t0), "--window", "4m",
-                           "--step", "15s", "--json")
+    code, out, _ = run_cli(
+        capsys, "check", "--prometheus", prometheus_url, "--start", str(t0), "--window", "4m", "--step", "15s", "--json"
+    )
     assert code == 3 and json.loads(out)["verdict"] == "INCONCLUSIVE"
 
 
 def test_an_empty_window_or_unreachable_prometheus_is_a_clear_error(prometheus_url, capsys):
-    code, _, err = run_cli(capsys, "check", "--prometheus", prometheus_url, "--start", str(NOW - 60 * 86400),
-                           "--window", "1h")
+    code, _, err = run_cli(
+        capsys, "check", "--prometheus", prometheus_url, "--start", str(NOW - 60 * 86400), "--window", "1h"
+    )
     assert code == 2 and "no vllm:request_success_total" in err
     code, _, err = run_cli(capsys, "check", "--prometheus", "http://127.0.0.1:9", "--window", "1h")
     assert code == 2 and "cannot reach Prometheus" in err
@@ -106,8 +128,13 @@ def test_an_empty_window_or_unreachable_prometheus_is_a_clear_error(prometheus_u
 
 
 def test_every_metric_the_check_queries_is_emitted_by_a_known_exporter():
-    known = set(exporter_metrics()) | {"vllm:request_success_total", "process_start_time_seconds",
-                                       "process_resident_memory_bytes", "node_memory_MemAvailable_bytes",
-                                       "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}
+    known = set(exporter_metrics()) | {
+        "vllm:request_success_total",
+        "process_start_time_seconds",
+        "process_resident_memory_bytes",
+        "node_memory_MemAvailable_bytes",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+    }
     used = set().union(*(metric_names(q) for q in all_queries()))
     assert used <= known, used - known

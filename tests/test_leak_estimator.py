@@ -18,8 +18,15 @@ CFG = check_config.load()
 
 
 def check(s, *, time_compression=1.0, cfg=CFG, headroom=None, with_start_time=True):
-    return analyse(s.timeline(with_start_time), s.series(headroom), cfg, start=float(s.t[0]), end=float(s.t[-1]),
-                   step=float(s.t[1] - s.t[0]), time_compression=time_compression)
+    return analyse(
+        s.timeline(with_start_time),
+        s.series(headroom),
+        cfg,
+        start=float(s.t[0]),
+        end=float(s.t[-1]),
+        step=float(s.t[1] - s.t[0]),
+        time_compression=time_compression,
+    )
 
 
 def only(result):
@@ -99,8 +106,16 @@ def test_article_a_leak_is_estimated_within_five_percent():
 
 
 def test_restarts_split_the_fit_instead_of_hiding_the_leak():
-    s = make(hours=12, requests_per_s=0.05, bytes_per_request=1 * MB, noise=15 * MB,
-             restarts_at=(3 * 3600, 6 * 3600, 9 * 3600), warmup_s=300, warmup_bytes=400 * MB, seed=4)
+    s = make(
+        hours=12,
+        requests_per_s=0.05,
+        bytes_per_request=1 * MB,
+        noise=15 * MB,
+        restarts_at=(3 * 3600, 6 * 3600, 9 * 3600),
+        warmup_s=300,
+        warmup_bytes=400 * MB,
+        seed=4,
+    )
     result = check(s)
     r = only(result)
     assert result.segments.restarts == 3
@@ -128,8 +143,18 @@ def test_a_gap_in_the_data_is_tolerated():
 
 def test_a_healthy_server_with_a_warm_up_step_is_no_leak():
     # vLLM's warm-up takes 400 MB in the first 10 minutes after each (re)start, then stays flat.
-    s = make(hours=12, requests_per_s=0.05, bytes_per_request=0, noise=15 * MB, ar=0.5,
-             restarts_at=(6 * 3600,), warmup_s=600, warmup_bytes=400 * MB, lead_in=0, seed=8)
+    s = make(
+        hours=12,
+        requests_per_s=0.05,
+        bytes_per_request=0,
+        noise=15 * MB,
+        ar=0.5,
+        restarts_at=(6 * 3600,),
+        warmup_s=600,
+        warmup_bytes=400 * MB,
+        lead_in=0,
+        seed=8,
+    )
     r = only(check(s))
     assert r.verdict == NO_LEAK, r.reason
     assert abs(r.bytes_per_request.estimate) < 10_000
@@ -137,8 +162,16 @@ def test_a_healthy_server_with_a_warm_up_step_is_no_leak():
 
 def test_warm_up_that_is_not_skipped_would_bias_the_estimate():
     """The test above passes because warm-up is skipped, not by luck."""
-    s = make(hours=2, requests_per_s=0.5, bytes_per_request=0, noise=5 * MB, warmup_s=1800,
-             warmup_bytes=400 * MB, lead_in=0, seed=9)
+    s = make(
+        hours=2,
+        requests_per_s=0.5,
+        bytes_per_request=0,
+        noise=5 * MB,
+        warmup_s=1800,
+        warmup_bytes=400 * MB,
+        lead_in=0,
+        seed=9,
+    )
     no_skip = only(check(s, cfg=CFG.with_overrides(warmup_seconds=0.0, warmup_requests=0.0)))
     skipped = only(check(s, cfg=CFG.with_overrides(warmup_seconds=1800.0)))
     assert no_skip.points > skipped.points
@@ -149,8 +182,9 @@ def test_warm_up_that_is_not_skipped_would_bias_the_estimate():
 
 def test_a_step_that_plateaus_is_not_a_leak():
     # The first long request grows a cache by 300 MB an hour into the window; nothing grows after.
-    s = make(hours=8, requests_per_s=0.05, bytes_per_request=0, noise=10 * MB, step_at=3600, step_bytes=300 * MB,
-             seed=10)
+    s = make(
+        hours=8, requests_per_s=0.05, bytes_per_request=0, noise=10 * MB, step_at=3600, step_bytes=300 * MB, seed=10
+    )
     r = only(check(s))
     assert r.bytes_per_request.estimate > 1000  # the whole-window fit sees growth ...
     assert r.verdict == NO_LEAK, r.reason  # ... but the later part is flat
@@ -158,8 +192,16 @@ def test_a_step_that_plateaus_is_not_a_leak():
 
 
 def test_the_exporter_baseline_decides_warm_up_when_present():
-    s = make(hours=4, requests_per_s=0.2, bytes_per_request=0, noise=2 * MB, warmup_s=1800,
-             warmup_bytes=300 * MB, lead_in=0, seed=11)
+    s = make(
+        hours=4,
+        requests_per_s=0.2,
+        bytes_per_request=0,
+        noise=2 * MB,
+        warmup_s=1800,
+        warmup_bytes=300 * MB,
+        lead_in=0,
+        seed=11,
+    )
     s.baseline_ready = np.where(s.t - s.t[0] >= 1800, 1.0, 0.0)
     assert only(check(s, cfg=CFG.with_overrides(warmup_seconds=0.0, warmup_requests=0.0))).verdict == NO_LEAK
 
@@ -187,8 +229,7 @@ def test_time_to_exhaustion_from_headroom_and_growth():
 
 def test_time_compression_scales_growth_to_production_hours():
     """A drill running a day in 14.4 minutes (time compression 100) reports production-hour figures."""
-    fast = make(hours=0.24, step=2, requests_per_s=100 * 1000 / 86400, bytes_per_request=1 * MB, noise=2 * MB,
-                seed=15)
+    fast = make(hours=0.24, step=2, requests_per_s=100 * 1000 / 86400, bytes_per_request=1 * MB, noise=2 * MB, seed=15)
     r = only(check(fast, time_compression=100))
     assert r.verdict == LEAK, r.reason
     assert r.bytes_per_request.estimate == pytest.approx(1 * MB, rel=0.05)
@@ -198,7 +239,8 @@ def test_time_compression_scales_growth_to_production_hours():
 def test_overall_verdict_and_exit_codes():
     leak = make(hours=6, requests_per_s=0.05, bytes_per_request=1 * MB, noise=5 * MB, seed=16)
     leak.memory["worker"] = make(hours=6, requests_per_s=0.05, bytes_per_request=0, noise=5 * MB, seed=16).memory[
-        "api_server"]
+        "api_server"
+    ]
     result = check(leak)
     assert {r.series.key: r.verdict for r in result.series} == {"host/api_server": LEAK, "host/worker": NO_LEAK}
     assert result.verdict == LEAK and result.exit_code == 1

@@ -56,7 +56,7 @@ def test_keep_mode_holds_real_resident_memory_per_request(app_with_leak):
     for _ in range(5):
         assert client.post("/v1/completions").status_code == 200
     assert module.leaked_bytes() == 40 * MIB
-    assert rss() - before >= 38 * MIB   # written pages: resident, not lazily mapped
+    assert rss() - before >= 38 * MIB  # written pages: resident, not lazily mapped
 
 
 def test_release_mode_gives_the_memory_back(app_with_leak):

@@ -44,8 +44,9 @@ def test_there_are_queries_of_each_kind():
 
 
 def test_every_query_uses_only_catalogued_series():
-    unknown = {where: sorted(metric_names(expr) - CATALOGUE) for where, expr in QUERIES
-               if metric_names(expr) - CATALOGUE}
+    unknown = {
+        where: sorted(metric_names(expr) - CATALOGUE) for where, expr in QUERIES if metric_names(expr) - CATALOGUE
+    }
     assert unknown == {}
 
 
@@ -57,7 +58,9 @@ def test_the_catalogue_rejects_names_no_exporter_emits(name):
 
 
 def test_recorded_lists_hold_what_the_memory_rules_read():
-    assert {"vllm:kv_cache_usage_perc", "vllm:request_success_total", "process_resident_memory_bytes"} <= set(vllm_metrics())
+    assert {"vllm:kv_cache_usage_perc", "vllm:request_success_total", "process_resident_memory_bytes"} <= set(
+        vllm_metrics()
+    )
     assert vllm_metrics()["vllm:time_to_first_token_seconds"]["type"] == "histogram"
     assert "vllm:time_to_first_token_seconds_bucket" in sample_names(vllm_metrics())
     node = node_exporter_metrics()
@@ -71,7 +74,7 @@ def test_recorded_files_say_they_are_generated(source):
     assert header.startswith(f"# Metrics of {source.title}, recorded from the real server (")
 
 
-EXPOSITION = '''# HELP vllm:num_requests_running Number of requests in model execution batches.
+EXPOSITION = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="demo"} 0.0
 # HELP vllm:request_success_total Count of successfully processed requests, by reason.
@@ -86,15 +89,17 @@ vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3",model_name="demo"} 1
 vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="demo"} 3.0
 vllm:e2e_request_latency_seconds_count{engine="0",model_name="demo"} 3.0
 vllm:e2e_request_latency_seconds_sum{engine="0",model_name="demo"} 0.5
-'''
+"""
 
 
 def test_families_key_counters_by_sample_name_and_drop_created(tmp_path):
     rows = families(EXPOSITION)
     assert list(rows) == ["vllm:e2e_request_latency_seconds", "vllm:num_requests_running", "vllm:request_success_total"]
     assert rows["vllm:request_success_total"] == {
-        "type": "counter", "help": "Count of successfully processed requests, by reason.",
-        "labels": ["engine", "finished_reason", "model_name"]}
+        "type": "counter",
+        "help": "Count of successfully processed requests, by reason.",
+        "labels": ["engine", "finished_reason", "model_name"],
+    }
     assert rows["vllm:e2e_request_latency_seconds"]["labels"] == ["engine", "model_name"]
     # Round trip through the CSV format, commas in help texts included.
     path = tmp_path / "vllm.csv"

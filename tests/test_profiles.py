@@ -73,7 +73,9 @@ def _params_llama(a: dict) -> tuple[int, int]:
     return total, layers * projections
 
 
-@pytest.mark.parametrize("name, count", [("janeway-13b-4090d", _params_opt), ("iquest-coder-40b-4xa100", _params_llama)])
+@pytest.mark.parametrize(
+    "name, count", [("janeway-13b-4090d", _params_opt), ("iquest-coder-40b-4xa100", _params_llama)]
+)
 def test_stated_parameter_counts_follow_from_the_shapes(name, count):
     arch = profiles.load(name).architecture
     assert (arch["parameters"], arch["quantizable_parameters"]) == count(arch)
@@ -90,10 +92,16 @@ def test_demo_architecture_is_the_built_model(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "demo")
     config = AutoConfig.from_pretrained(tmp_path / "demo")
     assert sum(p.numel() for p in model.parameters()) == arch["parameters"]
-    linear = sum(m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head")
+    linear = sum(
+        m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"
+    )
     assert linear == arch["quantizable_parameters"]
     assert (config.num_hidden_layers, config.num_key_value_heads, config.head_dim, config.vocab_size) == (
-        arch["num_layers"], arch["num_kv_heads"], arch["head_dim"], arch["vocab_size"])
+        arch["num_layers"],
+        arch["num_kv_heads"],
+        arch["head_dim"],
+        arch["vocab_size"],
+    )
     assert _params_llama(arch) == (arch["parameters"], arch["quantizable_parameters"])
 
 
@@ -105,24 +113,30 @@ def _broken(name: str, change) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["vllm"].update(max_model_length=4096), "unknown key vllm.max_model_length"),
-    (lambda d: d["vllm"].update(max_num_seqs="16"), "vllm.max_num_seqs must be of type int, not '16'"),
-    (lambda d: d["vllm"].update(enable_prefix_caching=1), "vllm.enable_prefix_caching must be of type bool"),
-    (lambda d: d["vllm"].update(gpu_memory_utilization=1.5), "vllm.gpu_memory_utilization must be in (0, 1]"),
-    (lambda d: d["vllm"].update(quantization="awq"), "vllm.quantization must be one of fp8"),
-    (lambda d: d["vllm"].update(min_version="latest"), "vllm.min_version must look like 0.14.0"),
-    (lambda d: d.pop("architecture"), "missing required key 'architecture'"),
-    (lambda d: d["architecture"].pop("num_kv_heads"), "missing required key architecture.num_kv_heads"),
-    (lambda d: d["hardware"].pop("gpu_memory_gib"), "hardware.gpu_memory_gib is required for a GPU (cuda) profile"),
-    (lambda d: d["model"].pop("convert"), "model.convert (tool, service, output) is required"),
-    (lambda d: d["model"]["convert"].update(output="../escape"), "model.convert.output must be a plain folder name"),
-    (lambda d: d["model"]["convert"].update(tool="gguf"), "model.convert.tool must be one of xglm-to-opt"),
-    (lambda d: d["generation"].update(max_tokens=200), "unknown key generation.max_tokens"),
-    (lambda d: d["client"].update(stop_token_ids=["</s>"]), "client.stop_token_ids must be a list of int"),
-    (lambda d: d.update(vllm_args={}), "unknown top-level key 'vllm_args'"),
-    (lambda d: d.update(name="janeway"), "name 'janeway' must match the file name"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["vllm"].update(max_model_length=4096), "unknown key vllm.max_model_length"),
+        (lambda d: d["vllm"].update(max_num_seqs="16"), "vllm.max_num_seqs must be of type int, not '16'"),
+        (lambda d: d["vllm"].update(enable_prefix_caching=1), "vllm.enable_prefix_caching must be of type bool"),
+        (lambda d: d["vllm"].update(gpu_memory_utilization=1.5), "vllm.gpu_memory_utilization must be in (0, 1]"),
+        (lambda d: d["vllm"].update(quantization="awq"), "vllm.quantization must be one of fp8"),
+        (lambda d: d["vllm"].update(min_version="latest"), "vllm.min_version must look like 0.14.0"),
+        (lambda d: d.pop("architecture"), "missing required key 'architecture'"),
+        (lambda d: d["architecture"].pop("num_kv_heads"), "missing required key architecture.num_kv_heads"),
+        (lambda d: d["hardware"].pop("gpu_memory_gib"), "hardware.gpu_memory_gib is required for a GPU (cuda) profile"),
+        (lambda d: d["model"].pop("convert"), "model.convert (tool, service, output) is required"),
+        (
+            lambda d: d["model"]["convert"].update(output="../escape"),
+            "model.convert.output must be a plain folder name",
+        ),
+        (lambda d: d["model"]["convert"].update(tool="gguf"), "model.convert.tool must be one of xglm-to-opt"),
+        (lambda d: d["generation"].update(max_tokens=200), "unknown key generation.max_tokens"),
+        (lambda d: d["client"].update(stop_token_ids=["</s>"]), "client.stop_token_ids must be a list of int"),
+        (lambda d: d.update(vllm_args={}), "unknown top-level key 'vllm_args'"),
+        (lambda d: d.update(name="janeway"), "name 'janeway' must match the file name"),
+    ],
+)
 def test_schema_mistakes_are_named(change, message):
     assert message in _broken("janeway-13b-4090d", change)
 
@@ -149,8 +163,15 @@ def test_client_settings():
 def test_native_runner_refuses_gpu_profiles(name):
     prof = profiles.load(name)
     state = short_state_dir("lw-gpu-")
-    result = leakwatch("stack", "up", "--model", name, "--runner", "native",
-                       env={**stack_port_env(), "LEAKWATCH_STATE_DIR": str(state)})
+    result = leakwatch(
+        "stack",
+        "up",
+        "--model",
+        name,
+        "--runner",
+        "native",
+        env={**stack_port_env(), "LEAKWATCH_STATE_DIR": str(state)},
+    )
     assert result.returncode == 2
     assert f"profile {name!r} needs {prof.gpu_count}x {prof.hardware['gpu']} GPUs" in result.stderr
     assert f"make up MODEL={name} STACK=compose" in result.stderr

@@ -23,12 +23,31 @@ pytestmark = pytest.mark.integration  # starts other programs (see the markers i
 
 END = float(int(time.time() // 3600 * 3600) - 3600)
 DAY = 86400.0
-SCENARIO = make(hours=24, step=60, requests_per_s=1000 / 86400, bytes_per_request=6 * MB, noise=20 * MB, ar=0.5,
-                restarts_at=(14 * 3600,), warmup_s=600, warmup_bytes=300 * MB, t0=END - DAY, seed=31)
+SCENARIO = make(
+    hours=24,
+    step=60,
+    requests_per_s=1000 / 86400,
+    bytes_per_request=6 * MB,
+    noise=20 * MB,
+    ar=0.5,
+    restarts_at=(14 * 3600,),
+    warmup_s=600,
+    warmup_bytes=300 * MB,
+    t0=END - DAY,
+    seed=31,
+)
 # A healthy worker next to the leaking API server, for the per-role breakdown.
-SCENARIO.memory["worker"] = make(hours=24, step=60, requests_per_s=1000 / 86400, bytes_per_request=0,
-                                 noise=15 * MB, base=1_700 * MB, restarts_at=(14 * 3600,), t0=END - DAY,
-                                 seed=32).memory["api_server"]
+SCENARIO.memory["worker"] = make(
+    hours=24,
+    step=60,
+    requests_per_s=1000 / 86400,
+    bytes_per_request=0,
+    noise=15 * MB,
+    base=1_700 * MB,
+    restarts_at=(14 * 3600,),
+    t0=END - DAY,
+    seed=32,
+).memory["api_server"]
 ALERT_FROM, ALERT_TO = END - DAY + 9 * 3600, END - DAY + 14 * 3600
 
 
@@ -57,11 +76,13 @@ window.addEventListener('load', () => {
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    with backfilled_prometheus(to_openmetrics(SCENARIO, alerts=(("LeakwatchHostMemoryLeak", ALERT_FROM, ALERT_TO),))) as url:
+    with backfilled_prometheus(
+        to_openmetrics(SCENARIO, alerts=(("LeakwatchHostMemoryLeak", ALERT_FROM, ALERT_TO),))
+    ) as url:
         args = ["--prometheus", url, "--end", str(END)]
         assert main(["report", *args, "--period", "day", "--out", str(out)]) == 0
-        from io import StringIO
         import contextlib
+        from io import StringIO
 
         buf = StringIO()
         with contextlib.redirect_stdout(buf):
@@ -74,8 +95,11 @@ def report(tmp_path_factory):
 def test_report_numbers_are_the_checks(report):
     page, check, code = report
     text = page.read_text()
-    embedded = json.loads(re.search(r'<script type="application/json" id="leakwatch-check">(.*?)</script>',
-                                    text, re.S).group(1).replace("<\\/", "</"))
+    embedded = json.loads(
+        re.search(r'<script type="application/json" id="leakwatch-check">(.*?)</script>', text, re.S)
+        .group(1)
+        .replace("<\\/", "</")
+    )
     assert embedded == check
     assert code == 1 and check["verdict"] == "LEAK"
     api = next(s for s in check["series"] if s["key"] == "host/api_server")
@@ -96,8 +120,19 @@ def test_plots_render_in_headless_chromium(report, tmp_path):
     page = report[0]
     probe_page = tmp_path / "probe.html"
     probe_page.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
-    dom = subprocess.run([chromium(), *HEADLESS, "--window-size=1200,900", "--virtual-time-budget=10000",
-                          "--dump-dom", probe_page.as_uri()], capture_output=True, text=True, timeout=180).stdout
+    dom = subprocess.run(
+        [
+            chromium(),
+            *HEADLESS,
+            "--window-size=1200,900",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probe_page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stdout
     probe = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
     figures = {img["figure"]: img for img in probe["images"]}
     assert set(figures) == {"memory-trend", "requests-vs-memory", "breakdown", "alerts"}
@@ -106,15 +141,19 @@ def test_plots_render_in_headless_chromium(report, tmp_path):
 
     shot = tmp_path / "report.png"
     height = int(probe["page_height"]) + 50
-    subprocess.run([chromium(), *HEADLESS, f"--window-size=1200,{height}", f"--screenshot={shot}",
-                    page.as_uri()], capture_output=True, timeout=180, check=True)
+    subprocess.run(
+        [chromium(), *HEADLESS, f"--window-size=1200,{height}", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
     from PIL import Image
 
     pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=float)
     assert pixels.shape[0] >= height - 60
     for name, img in figures.items():
         x, y, w, h = (int(round(img[k])) for k in ("x", "y", "w", "h"))
-        region = pixels[y:y + h, x:x + w]
+        region = pixels[y : y + h, x : x + w]
         assert region.size, name
         # A rendered plot has lines, text and colours; a missing or blank image is flat white.
         colours = len(np.unique(region.reshape(-1, 3), axis=0))

@@ -18,8 +18,12 @@ pytestmark = pytest.mark.integration  # starts other programs (see the markers i
 
 def leakwatch(*args, env=None, timeout=120):
     return subprocess.run(
-        [str(VENV_BIN / "leakwatch"), *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, cwd=REPO_ROOT,
+        [str(VENV_BIN / "leakwatch"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO_ROOT,
     )
 
 
@@ -39,9 +43,14 @@ def test_unknown_model_lists_valid_profiles(isolated_env):
 
 
 def test_unknown_model_through_make(isolated_env):
-    result = subprocess.run(["make", "--no-print-directory", "up", "MODEL=nope", "STACK=native"],
-                            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
-                            env={**os.environ, **isolated_env})
+    result = subprocess.run(
+        ["make", "--no-print-directory", "up", "MODEL=nope", "STACK=native"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+        env={**os.environ, **isolated_env},
+    )
     assert result.returncode != 0
     assert "unknown model profile 'nope'" in result.stderr
 

@@ -45,7 +45,11 @@ def parse(parser, argv: list[str]):
 
 def rendered(profile: profiles.Profile) -> list[str]:
     return profiles.vllm_engine_args(profile, profiles.model_path(profile, "/models")) + [
-        "--host", "127.0.0.1", "--port", "8000"]
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+    ]
 
 
 @pytest.mark.parametrize("name", profiles.available())
@@ -72,14 +76,17 @@ def test_vllm_parses_every_profile(vllm_parser, name):
     assert engine.model == profiles.model_path(profile, "/models")
 
 
-@pytest.mark.parametrize("bad, message", [
-    (["--max-model-length", "2048"], "no flag --max-model-length"),        # misspelt
-    (["--enable-chunked-prefil"], "no flag --enable-chunked-prefil"),      # truncated (argparse would accept it)
-    (["--use-v2-block-manager"], "no flag --use-v2-block-manager"),        # removed from vLLM
-    (["--quantization", "fp7"], "knows no quantization 'fp7'"),            # not a method vLLM has
-    (["--kv-cache-dtype", "fp7"], "parser rejected"),                       # not a valid choice
-    (["--max-num-seqs", "many"], "parser rejected"),                        # wrong type
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--max-model-length", "2048"], "no flag --max-model-length"),  # misspelt
+        (["--enable-chunked-prefil"], "no flag --enable-chunked-prefil"),  # truncated (argparse would accept it)
+        (["--use-v2-block-manager"], "no flag --use-v2-block-manager"),  # removed from vLLM
+        (["--quantization", "fp7"], "knows no quantization 'fp7'"),  # not a method vLLM has
+        (["--kv-cache-dtype", "fp7"], "parser rejected"),  # not a valid choice
+        (["--max-num-seqs", "many"], "parser rejected"),  # wrong type
+    ],
+)
 def test_a_bad_flag_fails(vllm_parser, bad, message):
     argv = rendered(profiles.load("demo")) + bad
     with pytest.raises(LeakwatchError, match=message):

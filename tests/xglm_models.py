@@ -20,10 +20,19 @@ def xglm_config(**overrides):
     from transformers import XGLMConfig
 
     values = dict(
-        vocab_size=VOCAB, d_model=128, ffn_dim=512, num_layers=2, attention_heads=2,
-        max_position_embeddings=MAX_POSITIONS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        vocab_size=VOCAB,
+        d_model=128,
+        ffn_dim=512,
+        num_layers=2,
+        attention_heads=2,
+        max_position_embeddings=MAX_POSITIONS,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
         # Janeway's layout: <pad> is id 1, so row 1 of the position table is zeroed.
-        pad_token_id=1, bos_token_id=1, eos_token_id=2,
+        pad_token_id=1,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     values.update(overrides)
     return XGLMConfig(**values)
@@ -57,8 +66,10 @@ def save(model, folder: Path, layout: str = "safetensors") -> Path:
         return folder
     assert layout == "sharded-bin", layout
     keys = sorted(state)
-    halves = {"pytorch_model-00001-of-00002.bin": keys[: len(keys) // 2],
-              "pytorch_model-00002-of-00002.bin": keys[len(keys) // 2:]}
+    halves = {
+        "pytorch_model-00001-of-00002.bin": keys[: len(keys) // 2],
+        "pytorch_model-00002-of-00002.bin": keys[len(keys) // 2 :],
+    }
     weight_map = {}
     for name, part in halves.items():
         torch.save({k: state[k] for k in part}, folder / name)

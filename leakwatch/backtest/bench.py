@@ -38,7 +38,8 @@ class Outcome:
     def alerts(self, side: str) -> list[AlertResult]:
         reference = side == ARTICLES
         return [
-            r for r in self.result.alerts
+            r
+            for r in self.result.alerts
             if (r.rule.source == REFERENCE_RULES.name) == reference and r.rule.severity != "none"
         ]
 
@@ -50,8 +51,10 @@ class Outcome:
         """(seconds after the leak start, alert) of the first alert firing at or after it."""
         found = [
             (e.firing_at - self.origin, r.rule.key)
-            for r in self.alerts(side) if r.rule.name not in exclude
-            for e in r.fired if e.firing_at >= self.origin
+            for r in self.alerts(side)
+            if r.rule.name not in exclude
+            for e in r.fired
+            if e.firing_at >= self.origin
         ]
         return min(found) if found else None
 
@@ -75,8 +78,14 @@ class Outcome:
         return (now - start) / sim.gpu_headroom_bytes
 
 
-def run_scenario(name: str, days: float | None = None, seed: int | None = None,
-                 resolution_s: float = 60.0, step_s: float = 60.0, workdir: Path | None = None) -> Outcome:
+def run_scenario(
+    name: str,
+    days: float | None = None,
+    seed: int | None = None,
+    resolution_s: float = 60.0,
+    step_s: float = 60.0,
+    workdir: Path | None = None,
+) -> Outcome:
     scenario = library.get(name, days, seed)
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"leakwatch-bench-{name}-")) if own else workdir

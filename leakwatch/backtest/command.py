@@ -31,26 +31,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--scenario", metavar="NAME", help="a simulated history from the scenario library (--list)")
-    source.add_argument("--openmetrics", metavar="FILE", type=Path,
-                        help="recorded samples with timestamps (OpenMetrics, or Prometheus text with ms timestamps)")
+    source.add_argument(
+        "--openmetrics",
+        metavar="FILE",
+        type=Path,
+        help="recorded samples with timestamps (OpenMetrics, or Prometheus text with ms timestamps)",
+    )
     source.add_argument("--prometheus", metavar="URL", help="pull the raw series the rules read from this Prometheus")
     source.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--start", help="with --prometheus: ISO 8601 time (e.g. 2024-03-04T00:00:00Z) or Unix seconds")
     parser.add_argument("--end", help="with --prometheus: ISO 8601 time or Unix seconds")
-    parser.add_argument("--match", default="", help='with --prometheus: extra label matchers, e.g. \'instance=~"gpu-7.*"\'')
+    parser.add_argument(
+        "--match", default="", help="with --prometheus: extra label matchers, e.g. 'instance=~\"gpu-7.*\"'"
+    )
     parser.add_argument("--days", type=float, help="with --scenario: simulate this many days instead of its own length")
     parser.add_argument("--seed", type=int, help="with --scenario: another random seed")
-    parser.add_argument("--resolution", default="60s",
-                        help="with --scenario: time between simulated scrapes (production scrapes every 15s; 60s is 4x faster)")
-    parser.add_argument("--rules", nargs="+", type=Path, metavar="FILE",
-                        help="rule files to evaluate (default: prometheus/rules/*.yml)")
-    parser.add_argument("--reference", action="store_true",
-                        help="also evaluate the reference articles' rules (prometheus/reference/articles.yml)")
-    parser.add_argument("--step", default="60s",
-                        help="evaluation interval (production evaluates every 15s; `for:` is honoured on this grid)")
-    parser.add_argument("--lookback", default="auto",
-                        help="query lookback; auto = 1.5 x the data's scrape interval, which stands in for the "
-                             "staleness markers an export loses")
+    parser.add_argument(
+        "--resolution",
+        default="60s",
+        help="with --scenario: time between simulated scrapes (production scrapes every 15s; 60s is 4x faster)",
+    )
+    parser.add_argument(
+        "--rules", nargs="+", type=Path, metavar="FILE", help="rule files to evaluate (default: prometheus/rules/*.yml)"
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also evaluate the reference articles' rules (prometheus/reference/articles.yml)",
+    )
+    parser.add_argument(
+        "--step",
+        default="60s",
+        help="evaluation interval (production evaluates every 15s; `for:` is honoured on this grid)",
+    )
+    parser.add_argument(
+        "--lookback",
+        default="auto",
+        help="query lookback; auto = 1.5 x the data's scrape interval, which stands in for the "
+        "staleness markers an export loses",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the TSDB and intermediate files in DIR")
 
@@ -107,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"history": history.description, **report.as_json(result, origin)}, indent=1))
         return 0
     print(f"{history.description}")
-    print(f"{report.utc(history.start)} .. {report.utc(history.end)}, {history.samples} samples, "
-          f"evaluated every {args.step} ({', '.join(f'{k} {v:.0f}s' for k, v in result.timings.items())})")
+    print(
+        f"{report.utc(history.start)} .. {report.utc(history.end)}, {history.samples} samples, "
+        f"evaluated every {args.step} ({', '.join(f'{k} {v:.0f}s' for k, v in result.timings.items())})"
+    )
     if history.leak_start:
         print(f"leak starts {report.utc(history.leak_start)}")
     print()

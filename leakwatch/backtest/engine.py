@@ -57,7 +57,7 @@ class Episode:
     labels: dict
     pending_at: float
     firing_at: float | None = None
-    ended_at: float | None = None        # None: still active at the end of the history
+    ended_at: float | None = None  # None: still active at the end of the history
 
 
 @dataclass
@@ -170,7 +170,7 @@ def apply_for(present: dict[tuple, set[int]], for_s: float, start: float, end: f
                     current.firing_at = ts
             elif current is not None:
                 if current.firing_at is None:
-                    episodes.remove(current)        # pending alerts vanish without a trace
+                    episodes.remove(current)  # pending alerts vanish without a trace
                 else:
                     current.ended_at = ts
                 current = None

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from ..errors import LeakwatchError
 
@@ -120,7 +120,7 @@ def split_file(source: Path, sink: BlockFiles) -> None:
                     "promtool tsdb dump --format=openmetrics)"
                 )
             stamp = float(ts)
-            if stamp > 1e11:   # Prometheus text format: milliseconds
+            if stamp > 1e11:  # Prometheus text format: milliseconds
                 stamp /= 1000
             try:
                 float(value)

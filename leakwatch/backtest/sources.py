@@ -25,7 +25,7 @@ class History:
     files: list[Path]
     start: float
     end: float
-    interval_s: float                 # typical time between two samples of a series
+    interval_s: float  # typical time between two samples of a series
     samples: int
     leak_start: float | None = None
     simulation: SimulationResult | None = None
@@ -57,8 +57,14 @@ def from_scenario(scenario: Scenario, workdir: Path, resolution_s: float = 60.0)
     result = simulate(scenario, sink, resolution_s)
     files = sink.close()
     return History(
-        f"scenario {scenario.name}: {scenario.title}", files, result.start, result.end,
-        resolution_s, sink.samples, result.leak_start, result,
+        f"scenario {scenario.name}: {scenario.title}",
+        files,
+        result.start,
+        result.end,
+        resolution_s,
+        sink.samples,
+        result.leak_start,
+        result,
     )
 
 
@@ -80,7 +86,9 @@ def rule_inputs(rule_files: list[Path]) -> set[str]:
     return names - {r.name for r in recording}
 
 
-def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], workdir: Path, match: str = "") -> History:
+def from_prometheus(
+    url: str, start: float, end: float, rule_files: list[Path], workdir: Path, match: str = ""
+) -> History:
     """Raw samples (not query results) of every series the rules read, in [start, end]."""
     if end <= start:
         raise LeakwatchError("--end must be after --start")
@@ -91,7 +99,7 @@ def from_prometheus(url: str, start: float, end: float, rule_files: list[Path], 
         t = start
         while t < end:
             until = min(end, t + EXPORT_CHUNK_S)
-            span_ms = int(round((until - t) * 1000)) + 1      # (t - 1 ms, until]: includes t
+            span_ms = int(round((until - t) * 1000)) + 1  # (t - 1 ms, until]: includes t
             for item in api.query(f'{{__name__="{name}"{extra}}}[{span_ms}ms]', at=until):
                 text = format_series(name, {k: v for k, v in item["metric"].items() if k != "__name__"})
                 for ts, value in item.get("values", []):

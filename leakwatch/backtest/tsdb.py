@@ -13,8 +13,8 @@ import requests
 
 from ..errors import LeakwatchError
 from ..native.ports import free_port
-from ..promapi import Prometheus
 from ..native.programs import binary
+from ..promapi import Prometheus
 
 
 def create_blocks(files: list[Path], data_dir: Path, jobs: int = 2) -> None:
@@ -27,10 +27,13 @@ def create_blocks(files: list[Path], data_dir: Path, jobs: int = 2) -> None:
     def one(path: Path) -> None:
         result = subprocess.run(
             [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(path), str(data_dir)],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
-            raise LeakwatchError(f"promtool could not import {path.name}: {(result.stderr or result.stdout).strip()[-500:]}")
+            raise LeakwatchError(
+                f"promtool could not import {path.name}: {(result.stderr or result.stdout).strip()[-500:]}"
+            )
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, files))

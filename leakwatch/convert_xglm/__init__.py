@@ -22,8 +22,15 @@ from . import checkpoint, mapping, output
 
 # Files copied next to the weights so vLLM finds the source's tokenizer and generation defaults.
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
     "generation_config.json",
 )
 DTYPES = ("auto", "float16", "bfloat16", "float32")
@@ -71,9 +78,17 @@ def _source_identity(src: str, revision: str | None) -> dict:
     return {"repo": src, "revision": revision or "main"}
 
 
-def convert(src: str, dst: Path, *, revision: str | None = None, dtype: str = "auto",
-            max_shard_bytes: int = parse_size(DEFAULT_SHARD_SIZE), force: bool = False,
-            full_verify: bool = True, out=None) -> str:
+def convert(
+    src: str,
+    dst: Path,
+    *,
+    revision: str | None = None,
+    dtype: str = "auto",
+    max_shard_bytes: int = parse_size(DEFAULT_SHARD_SIZE),
+    force: bool = False,
+    full_verify: bool = True,
+    out=None,
+) -> str:
     """Converts src into dst; returns "converted" or "verified" (dst already held this conversion)."""
     dst, out = Path(dst), out or sys.stdout
     wanted = _source_identity(src, revision)
@@ -130,8 +145,10 @@ def _convert_into(src, dst, revision, dtype, max_shard_bytes, wanted, out) -> No
         reader.close()
         small = {"config.json": json.dumps(conversion.config, indent=2, sort_keys=True) + "\n"}
         if len(shards) > 1:
-            small[checkpoint.SAFETENSORS_INDEX] = json.dumps(
-                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1, sort_keys=True) + "\n"
+            small[checkpoint.SAFETENSORS_INDEX] = (
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1, sort_keys=True)
+                + "\n"
+            )
         for name, text in small.items():
             (work / name).write_text(text)
         for name in TOKENIZER_FILES:
@@ -140,10 +157,16 @@ def _convert_into(src, dst, revision, dtype, max_shard_bytes, wanted, out) -> No
         for path in work.iterdir():
             if path.name not in digests:
                 digests[path.name] = checkpoint.sha256_file(path)
-        output.write_manifest(work, source, digests, {
-            "dtype": conversion.config["torch_dtype"], "tied_head": conversion.tied,
-            "embed_scale": conversion.embed_scale,
-        })
+        output.write_manifest(
+            work,
+            source,
+            digests,
+            {
+                "dtype": conversion.config["torch_dtype"],
+                "tied_head": conversion.tied,
+                "embed_scale": conversion.embed_scale,
+            },
+        )
         output.publish(work, dst)
         work = None
     finally:
@@ -157,14 +180,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("src", help="XGLM checkpoint: a local folder or a Hugging Face repo id")
     parser.add_argument("dst", type=Path, help="folder to write the OPT checkpoint to")
     parser.add_argument("--revision", help="branch, tag or commit of a Hub SRC (default: main)")
-    parser.add_argument("--dtype", choices=DTYPES, default="auto", help="dtype of the written weights (auto: the source's)")
-    parser.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE, help="largest safetensors file (default %(default)s)")
+    parser.add_argument(
+        "--dtype", choices=DTYPES, default="auto", help="dtype of the written weights (auto: the source's)"
+    )
+    parser.add_argument(
+        "--max-shard-size", default=DEFAULT_SHARD_SIZE, help="largest safetensors file (default %(default)s)"
+    )
     parser.add_argument("--force", action="store_true", help="replace a DST that does not verify")
-    parser.add_argument("--quick-verify", action="store_true",
-                        help="check an existing DST by file sizes only, not sha256 (seconds instead of a full read)")
+    parser.add_argument(
+        "--quick-verify",
+        action="store_true",
+        help="check an existing DST by file sizes only, not sha256 (seconds instead of a full read)",
+    )
 
 
 def run(args) -> int:
-    convert(args.src, args.dst, revision=args.revision, dtype=args.dtype,
-            max_shard_bytes=parse_size(args.max_shard_size), force=args.force, full_verify=not args.quick_verify)
+    convert(
+        args.src,
+        args.dst,
+        revision=args.revision,
+        dtype=args.dtype,
+        max_shard_bytes=parse_size(args.max_shard_size),
+        force=args.force,
+        full_verify=not args.quick_verify,
+    )
     return 0

@@ -11,9 +11,9 @@ import hashlib
 import json
 import struct
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterator
 
 from ..errors import LeakwatchError
 
@@ -23,8 +23,16 @@ SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 
 # torch dtype name -> safetensors dtype tag
 SAFETENSORS_DTYPES = {
-    "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
 }
 
 
@@ -94,8 +102,7 @@ def _load_bin(path: Path) -> dict:
         if "mmap" not in str(exc) and "zipfile" not in str(exc):
             raise LeakwatchError(f"{path}: cannot read this checkpoint: {exc}") from None
         # Pre-1.6 (non-zip) .bin files cannot be memory-mapped: they are read whole.
-        print(f"convert-xglm: {path.name} is a legacy .bin; reading it whole (needs its size in RAM)",
-              file=sys.stderr)
+        print(f"convert-xglm: {path.name} is a legacy .bin; reading it whole (needs its size in RAM)", file=sys.stderr)
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle errors, truncated downloads
         raise LeakwatchError(f"{path}: cannot read this checkpoint ({type(exc).__name__}: {exc})") from None
@@ -108,7 +115,7 @@ def _load_bin(path: Path) -> dict:
 class OutTensor:
     name: str
     shape: tuple[int, ...]
-    dtype: str                    # torch dtype name of the written tensor
+    dtype: str  # torch dtype name of the written tensor
     produce: Callable[[], Iterator]  # yields the tensor's row blocks, in order, already in `dtype`
 
     @property
@@ -144,7 +151,9 @@ def write_safetensors(path: Path, tensors: list[OutTensor]) -> str:
     offset = 0
     for t in tensors:
         header[t.name] = {
-            "dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes],
+            "dtype": SAFETENSORS_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes],
         }
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
@@ -158,8 +167,10 @@ def write_safetensors(path: Path, tensors: list[OutTensor]) -> str:
             written = 0
             for block in t.produce():
                 if str(block.dtype).removeprefix("torch.") != t.dtype or tuple(block.shape[1:]) != t.shape[1:]:
-                    raise LeakwatchError(f"internal error: {t.name} block is {tuple(block.shape)} {block.dtype}, "
-                                         f"planned {t.shape} {t.dtype}")
+                    raise LeakwatchError(
+                        f"internal error: {t.name} block is {tuple(block.shape)} {block.dtype}, "
+                        f"planned {t.shape} {t.dtype}"
+                    )
                 data = block.contiguous().reshape(-1).view(torch.uint8).numpy()
                 f.write(data)
                 digest.update(data)
@@ -175,4 +186,3 @@ def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-

@@ -27,8 +27,16 @@ from .checkpoint import OutTensor, Shard
 
 LAYER_TENSORS = tuple(
     f"{module}.{param}"
-    for module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
-                   "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
+    for module in (
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.out_proj",
+        "self_attn_layer_norm",
+        "fc1",
+        "fc2",
+        "final_layer_norm",
+    )
     for param in ("weight", "bias")
 )
 # Buffers some XGLM checkpoints carry; XGLM recomputes them, so they are checked, not copied.
@@ -69,7 +77,9 @@ def check_xglm_config(config: dict, where: Path) -> None:
             f"{where}: activation {config.get('activation_function')!r} is not one OPT supports ({', '.join(SUPPORTED_ACTIVATIONS)})"
         )
     if config["d_model"] % config["attention_heads"]:
-        raise LeakwatchError(f"{where}: d_model {config['d_model']} is not a multiple of {config['attention_heads']} heads")
+        raise LeakwatchError(
+            f"{where}: d_model {config['d_model']} is not a multiple of {config['attention_heads']} heads"
+        )
 
 
 def opt_config(xglm: dict, tied: bool, dtype: str) -> dict:
@@ -79,13 +89,13 @@ def opt_config(xglm: dict, tied: bool, dtype: str) -> dict:
         "model_type": "opt",
         "vocab_size": xglm["vocab_size"],
         "hidden_size": xglm["d_model"],
-        "word_embed_proj_dim": xglm["d_model"],       # no project_in / project_out
+        "word_embed_proj_dim": xglm["d_model"],  # no project_in / project_out
         "num_hidden_layers": xglm["num_layers"],
         "num_attention_heads": xglm["attention_heads"],
         "ffn_dim": xglm["ffn_dim"],
         "max_position_embeddings": xglm["max_position_embeddings"],
         "activation_function": xglm.get("activation_function", "gelu"),
-        "do_layer_norm_before": True,                 # XGLM is pre-LayerNorm
+        "do_layer_norm_before": True,  # XGLM is pre-LayerNorm
         "_remove_final_layer_norm": False,
         "enable_bias": True,
         "layer_norm_elementwise_affine": True,
@@ -106,11 +116,11 @@ def opt_config(xglm: dict, tied: bool, dtype: str) -> dict:
 class SourceIndex:
     """Where each source tensor lives, with its shape and dtype, without reading any data."""
 
-    prefix: str                          # "model." (XGLMForCausalLM) or "" (XGLMModel)
+    prefix: str  # "model." (XGLMForCausalLM) or "" (XGLMModel)
     location: dict[str, Path]
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
-    order: list[str]                     # source keys in file order
+    order: list[str]  # source keys in file order
 
 
 def index_source(files: list[Path]) -> SourceIndex:
@@ -160,7 +170,7 @@ def _same(a, b) -> bool:
         return False
     if a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
         return True  # one storage, saved once (how transformers writes tied weights)
-    return all(torch.equal(a[i:i + BLOCK_ROWS], b[i:i + BLOCK_ROWS]) for i in range(0, a.shape[0], BLOCK_ROWS))
+    return all(torch.equal(a[i : i + BLOCK_ROWS], b[i : i + BLOCK_ROWS]) for i in range(0, a.shape[0], BLOCK_ROWS))
 
 
 @dataclass
@@ -187,7 +197,9 @@ def plan_conversion(xglm: dict, index: SourceIndex, reader: ShardReader, dtype: 
         raise LeakwatchError(f"{where}: checkpoint has tensors this converter does not know, e.g. {unexpected[0]}")
     embed_key = f"{p}embed_tokens.weight"
     if index.shapes[embed_key] != (xglm["vocab_size"], d):
-        raise LeakwatchError(f"{where}: embed_tokens is {index.shapes[embed_key]}, config says ({xglm['vocab_size']}, {d})")
+        raise LeakwatchError(
+            f"{where}: embed_tokens is {index.shapes[embed_key]}, config says ({xglm['vocab_size']}, {d})"
+        )
 
     out_dtype = dtype or index.dtypes[embed_key]
     out = getattr(torch, out_dtype)
@@ -206,11 +218,13 @@ def plan_conversion(xglm: dict, index: SourceIndex, reader: ShardReader, dtype: 
 
     def blocks(key: str, factor: float | None = None):
         """Row blocks of the output tensor: nothing model-sized is ever allocated."""
+
         def produce():
             source = reader.get(key)
             for start in range(0, source.shape[0], BLOCK_ROWS):
-                block = source[start:start + BLOCK_ROWS]
+                block = source[start : start + BLOCK_ROWS]
                 yield (block.float() * factor).to(out) if factor is not None else block.to(out)
+
         return produce
 
     renamed = {embed_key: ("model.decoder.embed_tokens.weight", blocks(embed_key, scale))}
@@ -227,9 +241,11 @@ def plan_conversion(xglm: dict, index: SourceIndex, reader: ShardReader, dtype: 
 
     tensors = [
         OutTensor(name, index.shapes[key], out_dtype, produce)
-        for key in index.order if key in renamed
+        for key in index.order
+        if key in renamed
         for name, produce in [renamed[key]]
     ]
-    tensors.append(OutTensor("model.decoder.embed_positions.weight", tuple(table.shape), out_dtype,
-                             lambda: iter([table.to(out)])))
+    tensors.append(
+        OutTensor("model.decoder.embed_positions.weight", tuple(table.shape), out_dtype, lambda: iter([table.to(out)]))
+    )
     return Conversion(opt_config(xglm, tied, out_dtype), tensors, tied, scale)

@@ -21,7 +21,9 @@ FORMAT = 1
 
 def write_manifest(folder: Path, source: dict, files: dict[str, str], extra: dict) -> None:
     """files: name -> sha256 of every file in the folder except the manifest itself."""
-    entries = {name: {"bytes": (folder / name).stat().st_size, "sha256": digest} for name, digest in sorted(files.items())}
+    entries = {
+        name: {"bytes": (folder / name).stat().st_size, "sha256": digest} for name, digest in sorted(files.items())
+    }
     body = {"format": FORMAT, "converter": "leakwatch convert-xglm", "source": source, **extra, "files": entries}
     (folder / MANIFEST).write_text(json.dumps(body, indent=1) + "\n")
 
@@ -31,7 +33,11 @@ def read_manifest(folder: Path) -> dict | None:
         body = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    return body if isinstance(body, dict) and body.get("format") == FORMAT and isinstance(body.get("files"), dict) else None
+    return (
+        body
+        if isinstance(body, dict) and body.get("format") == FORMAT and isinstance(body.get("files"), dict)
+        else None
+    )
 
 
 def problem(folder: Path, full: bool = True) -> str | None:

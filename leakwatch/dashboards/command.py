@@ -46,7 +46,9 @@ def _check(url: str, include_gpu: bool, only: list[str] | None) -> int:
     selected = [b for b in boards() if not only or b.uid in only]
     unknown = set(only or []) - {b.uid for b in selected}
     if unknown:
-        raise LeakwatchError(f"unknown dashboard {', '.join(sorted(unknown))}; one of: {', '.join(b.uid for b in boards())}")
+        raise LeakwatchError(
+            f"unknown dashboard {', '.join(sorted(unknown))}; one of: {', '.join(b.uid for b in boards())}"
+        )
     prom = Prometheus(url)
     empty_total = 0
     for board in selected:
@@ -67,4 +69,3 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args.files)
     return _check(args.prometheus, args.gpu, args.dashboard)
-

@@ -47,8 +47,9 @@ HEALER_RESTARTS = Annotation(
 )
 
 
-def percentiles(histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name",
-                selector: str = VLLM) -> tuple[Query, ...]:
+def percentiles(
+    histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name", selector: str = VLLM
+) -> tuple[Query, ...]:
     """One query per percentile of a histogram, legends such as "p90 demo"."""
     label = f" {{{{{by}}}}}" if by else ""
     return tuple(Query(quantile(q, histogram, by, selector), f"{prefix}p{round(q * 100)}{label}") for q in qs)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from ..generate import yamlfmt
 from ..paths import GRAFANA_DIR, REPO_ROOT
@@ -22,14 +22,18 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     files: dict[Path, Callable[[], str]] = {
         DATASOURCES_FILE: lambda: yamlfmt.dump(
             provisioning.datasources(),
-            provisioning.HEADER.format(what="Grafana data sources; the dashboards default to the Prometheus uid below."),
+            provisioning.HEADER.format(
+                what="Grafana data sources; the dashboards default to the Prometheus uid below."
+            ),
         ),
         PROVIDER_FILE: lambda: yamlfmt.dump(
             provisioning.dashboard_provider(),
-            provisioning.HEADER.format(what="Loads grafana/dashboards/*.json (mounted by compose.yaml) into the leakwatch folder."),
+            provisioning.HEADER.format(
+                what="Loads grafana/dashboards/*.json (mounted by compose.yaml) into the leakwatch folder."
+            ),
         ),
     }
     for board in boards():
-        files[DASHBOARDS_DIR / board.file_name] = (lambda b=board: render(b))
+        files[DASHBOARDS_DIR / board.file_name] = lambda b=board: render(b)
     files[REFERENCE_FILE] = reference.render
     return files

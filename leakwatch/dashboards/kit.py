@@ -18,19 +18,22 @@ from dataclasses import dataclass, field
 from ..errors import LeakwatchError
 
 try:
-    from grafana_foundation_sdk.builders import common as common_builders
-    from grafana_foundation_sdk.builders import dashboard as dashboard_builders
-    from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+    from grafana_foundation_sdk.builders import (
+        common as common_builders,
+        dashboard as dashboard_builders,
+        prometheus,
+        stat,
+        timeseries,
+    )
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
-    from grafana_foundation_sdk.models import common
-    from grafana_foundation_sdk.models import dashboard as model
+    from grafana_foundation_sdk.models import common, dashboard as model
 except ImportError:  # the SDK is a development dependency: only generation and tests need it
     raise LeakwatchError(
         "grafana-foundation-sdk is not installed; it builds and validates the dashboards. "
         "Run `make setup-dev` (or: pip install -e '.[dev]')"
     ) from None
 
-from .provisioning import DATASOURCE_TYPE, DATASOURCE_UID, DATASOURCE_NAME
+from .provisioning import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
 from .thresholds import OK
 
 GRID_WIDTH = 24
@@ -196,11 +199,16 @@ def _common(builder, panel: Panel, panel_id: int, pos: model.GridPos):
     if panel.no_value or panel.event:
         builder = builder.no_value(panel.no_value or "not measured yet")
     if panel.ranges:
-        builder = builder.mappings([
-            model.RangeMap(options=model.DashboardRangeMapOptions(
-                from_val=low, to=high, result=model.ValueMappingResult(text=text)))
-            for low, high, text in panel.ranges
-        ])
+        builder = builder.mappings(
+            [
+                model.RangeMap(
+                    options=model.DashboardRangeMapOptions(
+                        from_val=low, to=high, result=model.ValueMappingResult(text=text)
+                    )
+                )
+                for low, high, text in panel.ranges
+            ]
+        )
     return builder
 
 
@@ -216,7 +224,9 @@ def _timeseries(panel: Panel, panel_id: int, pos: model.GridPos) -> timeseries.P
             .show_legend(True)
             .calcs(["lastNotNull", "max"])
         )
-        .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING))
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+        )
     )
     if panel.thresholds:
         builder = builder.thresholds_style(
@@ -339,13 +349,15 @@ def to_document(board: Board) -> dict:
     """The dashboard as plain JSON data, with the Prometheus annotation fields the SDK lacks."""
     document = json.loads(json.dumps(build(board), cls=JSONEncoder))
     for entry, annotation in zip(document["annotations"]["list"], board.annotations):
-        entry.update({
-            "step": annotation.step,
-            "titleFormat": annotation.title_format,
-            "textFormat": annotation.text_format,
-            "tagKeys": annotation.tag_keys,
-            "useValueForTime": False,
-        })
+        entry.update(
+            {
+                "step": annotation.step,
+                "titleFormat": annotation.title_format,
+                "textFormat": annotation.text_format,
+                "tagKeys": annotation.tag_keys,
+                "useValueForTime": False,
+            }
+        )
     return document
 
 

@@ -61,9 +61,16 @@ def resolve_variables(prom: Prometheus, board: Board, start: float, end: float) 
     for var in board.variables:
         match = _LABEL_VALUES.match(var.query)
         if not match:
-            raise ValueError(f"{board.uid}: variable {var.name} query {var.query!r} is not label_values(selector, label)")
-        selector = expand(match.group(1), {k: regex_of(v) if v else "" for k, v in resolved.items()},
-                          end - start, 60, scrape_interval_s())
+            raise ValueError(
+                f"{board.uid}: variable {var.name} query {var.query!r} is not label_values(selector, label)"
+            )
+        selector = expand(
+            match.group(1),
+            {k: regex_of(v) if v else "" for k, v in resolved.items()},
+            end - start,
+            60,
+            scrape_interval_s(),
+        )
         resolved[var.name] = prom.label_values(match.group(2), selector, start, end)
     return resolved
 
@@ -96,7 +103,9 @@ def run_panel(prom: Prometheus, board: Board, panel: Panel, values: dict[str, st
     return results
 
 
-def run_annotation(prom: Prometheus, board: Board, annotation: Annotation, values: dict[str, str], end: float) -> str | None:
+def run_annotation(
+    prom: Prometheus, board: Board, annotation: Annotation, values: dict[str, str], end: float
+) -> str | None:
     """The error Prometheus gives for an annotation query, or None (annotations may well be empty)."""
     range_s = default_range_s(board)
     step = parse_duration(annotation.step)

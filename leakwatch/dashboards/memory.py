@@ -6,8 +6,8 @@ from __future__ import annotations
 from . import thresholds as T
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
 from .kit import Annotation, Board, Panel, Query, Row, Variable
-from .thresholds import BAD, NEUTRAL, OK, WARN
 from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
+from .thresholds import BAD, NEUTRAL, OK, WARN
 
 GPU_VARIABLE = Variable(
     name="gpu",
@@ -34,256 +34,347 @@ HOST_HEADROOM = f"sum(node_memory_MemAvailable_bytes{{{NODE}}}) + sum(node_memor
 # Limit of the vLLM container's cgroup, or the host's RAM when the cgroup has none.
 MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_MemTotal_bytes{{{NODE}}})"
 
-at_a_glance = Row("Is memory leaking?", (
-    Panel(
-        title="Firing alerts",
-        kind="stat", unit="none", width=4, height=5,
-        queries=(Query('count(ALERTS{alertstate="firing"}) or vector(0)', "firing"),),
-        thresholds=((1, BAD),),
-        description="Alerts Prometheus is firing now (all rules). Healthy: 0. They are also drawn as "
-                    "red annotations on every graph.",
-    ),
-    Panel(
-        title="Host memory growth per request (worst vLLM process role)",
-        kind="stat", unit="bytes", width=4, height=5,
-        queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
-        no_value="no baseline yet",
-        thresholds=T.GROWTH_PER_REQUEST,
-        description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
-                    "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
-                    "warm-up is over; article A's leak was ~6 MB per request.",
-    ),
-    Panel(
-        title="GPU memory growth per request (worst GPU)",
-        kind="stat", unit="bytes", width=4, height=5, gpu=True,
-        queries=(Query(f"max(leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}})", "worst GPU"),),
-        thresholds=T.GROWTH_PER_REQUEST,
-        description="GPU memory gained since the post-warm-up baseline divided by requests served. "
-                    "Healthy: near 0 B; vLLM preallocates its KV cache at start, so real growth after the "
-                    "baseline is a leak. GPU hosts only.",
-    ),
-    Panel(
-        title="Time until host memory runs out",
-        kind="stat", unit="s", width=4, height=5, base_colour=BAD,
-        queries=(Query(
-            f"clamp_max(({HOST_HEADROOM}) / clamp_min(deriv(sum({HOST_MEMORY})[1h:1m]), 1e-06), {FORECAST_CAP_S})",
-            "forecast"),),
-        thresholds=T.EXHAUSTION, ranges=NOT_GROWING,
-        description="Available RAM + free swap divided by how fast vLLM's processes (RSS + swap, all roles) "
-                    "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
-    ),
-    Panel(
-        title="Time until the fullest GPU runs out of memory",
-        kind="stat", unit="s", width=4, height=5, base_colour=BAD, gpu=True,
-        queries=(Query(
-            f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min(deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[1h]), 1e-06), "
-            f"{FORECAST_CAP_S}))", "forecast"),),
-        thresholds=T.EXHAUSTION, ranges=NOT_GROWING,
-        description="Free framebuffer divided by its growth over the last hour, for the card closest to "
-                    "full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
-                    "24 GB card has ~2 GB of headroom: hours, not days. GPU hosts only.",
-    ),
-    Panel(
-        title="Post-warm-up baseline",
-        kind="stat", unit="none", width=4, height=5, base_colour=WARN,
-        queries=(Query("max(leakwatch_baseline_ready)", "baseline"),),
-        thresholds=((1, OK),), ranges=((-0.5, 0.5, "warming up"), (0.5, 1.5, "taken")),
-        description="Whether the exporter has taken its baseline (vLLM healthy and warm-up requests "
-                    "served). Healthy: 'taken' a few minutes after start; growth figures mean nothing before it, "
-                    "and it is taken again after a restart.",
-    ),
-))
-
-gpu_memory = Row("GPU memory, per card and per vLLM process", (
-    Panel(
-        title="GPU memory used per card, with the post-warm-up baseline",
-        unit="bytes", width=12, gpu=True,
-        queries=(
-            Query(f"DCGM_FI_DEV_FB_USED{{{GPU}}} * {MIB}", "GPU {{gpu}} used"),
-            Query(f"leakwatch_gpu_memory_baseline_bytes{{{GPU}}}", "GPU {{gpu}} baseline", dashed=True),
-            Query(f"leakwatch_gpu_memory_total_bytes{{{GPU}}}", "GPU {{gpu}} total", dashed=True),
+at_a_glance = Row(
+    "Is memory leaking?",
+    (
+        Panel(
+            title="Firing alerts",
+            kind="stat",
+            unit="none",
+            width=4,
+            height=5,
+            queries=(Query('count(ALERTS{alertstate="firing"}) or vector(0)', "firing"),),
+            thresholds=((1, BAD),),
+            description="Alerts Prometheus is firing now (all rules). Healthy: 0. They are also drawn as "
+            "red annotations on every graph.",
         ),
-        base_colour=NEUTRAL,
-        description="Framebuffer in use (DCGM) against the baseline taken after warm-up and the card's "
-                    "size. Healthy: flat at the baseline (~90 % of the card under vLLM); a one-time step "
-                    "that then plateaus is not a leak, a line that keeps climbing under load is.",
-    ),
-    Panel(
-        title="GPU memory per vLLM process",
-        unit="bytes", width=12, gpu=True, stacked=True,
-        queries=(Query(per_process(f"leakwatch_gpu_process_memory_bytes{{{GPU}}}"), "GPU {{gpu}} {{process}}"),),
-        base_colour=NEUTRAL,
-        description="GPU memory held by each vLLM process (NVML), stacked per card: tells which process "
-                    "holds memory that DCGM only reports per card. Healthy: flat after warm-up.",
-    ),
-    Panel(
-        title="GPU memory growth since the baseline",
-        unit="bytes", width=8, gpu=True,
-        queries=(Query(f"leakwatch_gpu_memory_growth_bytes{{{GPU}}}", "GPU {{gpu}}"),),
-        base_colour=NEUTRAL,
-        description="GPU memory now minus at the post-warm-up baseline. Healthy: around 0 B with small "
-                    "swings; steady growth with traffic is a leak.",
-    ),
-    Panel(
-        title="GPU memory growth per request",
-        unit="bytes", width=8, gpu=True,
-        queries=(Query(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=T.GROWTH_PER_REQUEST,
-        description="Growth since the baseline divided by requests served since then: the leak's size per "
-                    "request. Healthy: near 0 B and falling as requests accumulate.",
-    ),
-    Panel(
-        title="VRAM retention after bursts",
-        unit="percentunit", width=8, gpu=True, min=0, max=1,
-        queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
-        thresholds=T.RETENTION, event=BURST,
-        description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
-                    "is idle again (the articles' vram_retention_ratio); measured after a burst that gained "
-                    "memory. Healthy: below 30 %.",
-    ),
-))
-
-host_memory = Row("Host memory, per vLLM process role", (
-    Panel(
-        title="Resident memory (RSS) per vLLM process role",
-        unit="bytes", width=8,
-        queries=(Query(per_process("leakwatch_process_resident_memory_bytes"), "{{process}}"),),
-        base_colour=NEUTRAL,
-        description="RSS of the API server, EngineCore and each worker (vLLM's own process_* metrics only "
-                    "cover the API server). Healthy: flat after warm-up; real leaks often grow in "
-                    "EngineCore or the workers.",
-    ),
-    Panel(
-        title="Swap used per vLLM process role",
-        unit="bytes", width=8,
-        queries=(Query(per_process("leakwatch_process_swap_bytes"), "{{process}}"),),
-        base_colour=NEUTRAL,
-        description="Pages of vLLM's processes pushed to swap. Healthy: 0 or flat. Swap growing while RSS "
-                    "looks flat is a leak hiding in swap.",
-    ),
-    Panel(
-        title="vLLM processes per role",
-        unit="none", width=8, decimals=0,
-        queries=(Query("leakwatch_processes", "{{role}}"),),
-        base_colour=NEUTRAL,
-        description="Live processes per role. Healthy: constant (one API server, one EngineCore, one "
-                    "worker per GPU rank); a drop is a crash, a change is a restart.",
-    ),
-    Panel(
-        title="Host memory growth since the baseline, per role",
-        unit="bytes", width=8,
-        queries=(Query("leakwatch_host_memory_growth_bytes", "{{role}}"),),
-        base_colour=NEUTRAL,
-        description="RSS + swap now minus at the post-warm-up baseline, per role. Healthy: around 0 B; "
-                    "linear growth with requests is a leak.",
-    ),
-    Panel(
-        title="Host memory growth per request, per role",
-        unit="bytes", width=8,
-        queries=(Query("leakwatch_host_memory_growth_per_request_bytes", "{{role}}"),),
-        thresholds=T.GROWTH_PER_REQUEST,
-        description="Growth since the baseline divided by requests served: from ~90 B to several MB per "
-                    "request in real vLLM leaks. Healthy: near 0 B and falling as requests accumulate.",
-    ),
-    Panel(
-        title="Host memory retention after bursts, per role",
-        unit="percentunit", width=8, min=0, max=1,
-        queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
-        thresholds=T.RETENTION, event=BURST,
-        description="Share of the host memory gained during the last burst still held once vLLM is idle; "
-                    "measured once a burst has gained a few MiB and vLLM then stayed idle for a while. "
-                    "Healthy: below 30 %.",
-    ),
-    Panel(
-        title="vLLM memory against its limit",
-        unit="percentunit", width=12, min=0,
-        queries=(
-            Query(f"max(process_resident_memory_bytes{{{VLLM_PROCESS}}}) / ({MEMORY_LIMIT})", "API server RSS"),
-            Query(f"max(leakwatch_cgroup_memory_usage_bytes) / ({MEMORY_LIMIT})", "cgroup (all vLLM processes)"),
+        Panel(
+            title="Host memory growth per request (worst vLLM process role)",
+            kind="stat",
+            unit="bytes",
+            width=4,
+            height=5,
+            queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
+            no_value="no baseline yet",
+            thresholds=T.GROWTH_PER_REQUEST,
+            description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
+            "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
+            "warm-up is over; article A's leak was ~6 MB per request.",
         ),
-        thresholds=T.MEMORY_LIMIT,
-        description="Memory as a share of the container's limit (the host's RAM when there is none): the "
-                    "articles' HighMemoryUsage (> 90 %). Healthy: well below 90 % and flat.",
-    ),
-    Panel(
-        title="Host memory available and swap used",
-        unit="bytes", width=12,
-        queries=(
-            Query(f"node_memory_MemAvailable_bytes{{{NODE}}}", "available {{instance}}"),
-            Query(f"node_memory_SwapTotal_bytes{{{NODE}}} - node_memory_SwapFree_bytes{{{NODE}}}",
-                  "swap used {{instance}}"),
+        Panel(
+            title="GPU memory growth per request (worst GPU)",
+            kind="stat",
+            unit="bytes",
+            width=4,
+            height=5,
+            gpu=True,
+            queries=(Query(f"max(leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}})", "worst GPU"),),
+            thresholds=T.GROWTH_PER_REQUEST,
+            description="GPU memory gained since the post-warm-up baseline divided by requests served. "
+            "Healthy: near 0 B; vLLM preallocates its KV cache at start, so real growth after the "
+            "baseline is a leak. GPU hosts only.",
         ),
-        base_colour=NEUTRAL,
-        description="The whole host (node exporter). Healthy: available memory flat; falling available "
-                    "memory with flat vLLM RSS points at another process.",
-    ),
-))
-
-traffic = Row("Traffic against memory", (
-    Panel(
-        title="Requests per second against vLLM host memory",
-        unit="reqps", width=12,
-        queries=(
-            Query(f"sum(rate(vllm:request_success_total{{{VLLM}}}[$__rate_interval]))", "requests/s"),
-            Query(f"sum({HOST_MEMORY})", "vLLM RSS + swap (all roles)", unit="bytes", right_axis=True),
+        Panel(
+            title="Time until host memory runs out",
+            kind="stat",
+            unit="s",
+            width=4,
+            height=5,
+            base_colour=BAD,
+            queries=(
+                Query(
+                    f"clamp_max(({HOST_HEADROOM}) / clamp_min(deriv(sum({HOST_MEMORY})[1h:1m]), 1e-06), {FORECAST_CAP_S})",
+                    "forecast",
+                ),
+            ),
+            thresholds=T.EXHAUSTION,
+            ranges=NOT_GROWING,
+            description="Available RAM + free swap divided by how fast vLLM's processes (RSS + swap, all roles) "
+            "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
         ),
-        base_colour=NEUTRAL,
-        description="Article A's correlation: memory that follows the request rate up and never comes "
-                    "back down is a per-request leak. Healthy: memory flat whatever the traffic.",
+        Panel(
+            title="Time until the fullest GPU runs out of memory",
+            kind="stat",
+            unit="s",
+            width=4,
+            height=5,
+            base_colour=BAD,
+            gpu=True,
+            queries=(
+                Query(
+                    f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min(deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[1h]), 1e-06), "
+                    f"{FORECAST_CAP_S}))",
+                    "forecast",
+                ),
+            ),
+            thresholds=T.EXHAUSTION,
+            ranges=NOT_GROWING,
+            description="Free framebuffer divided by its growth over the last hour, for the card closest to "
+            "full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
+            "24 GB card has ~2 GB of headroom: hours, not days. GPU hosts only.",
+        ),
+        Panel(
+            title="Post-warm-up baseline",
+            kind="stat",
+            unit="none",
+            width=4,
+            height=5,
+            base_colour=WARN,
+            queries=(Query("max(leakwatch_baseline_ready)", "baseline"),),
+            thresholds=((1, OK),),
+            ranges=((-0.5, 0.5, "warming up"), (0.5, 1.5, "taken")),
+            description="Whether the exporter has taken its baseline (vLLM healthy and warm-up requests "
+            "served). Healthy: 'taken' a few minutes after start; growth figures mean nothing before it, "
+            "and it is taken again after a restart.",
+        ),
     ),
-    Panel(
-        title="Python garbage collections per second (API server)",
-        unit="ops", width=6,
-        queries=(Query(f"sum by (generation) (rate(python_gc_collections_total{{{VLLM_PROCESS}}}[$__rate_interval]))",
-                       "generation {{generation}}"),),
-        base_colour=NEUTRAL,
-        description="Collections per generation in vLLM's API-server process. Healthy: steady with "
-                    "traffic; a rising generation-2 rate means objects survive and pile up.",
-    ),
-    Panel(
-        title="Series in vLLM's /metrics",
-        unit="none", width=6,
-        queries=(Query(f"scrape_samples_scraped{{{VLLM_PROCESS}}}", "{{instance}}"),),
-        base_colour=NEUTRAL,
-        description="Samples Prometheus reads from vLLM per scrape (label cardinality). Healthy: flat; "
-                    "steady growth means label values churn (e.g. per-adapter labels) and leak memory in "
-                    "vLLM and Prometheus alike.",
-    ),
-))
+)
 
-exporter_health = Row("Memory exporter", (
-    Panel(
-        title="Requests served since the baseline",
-        unit="short", width=8,
-        queries=(Query("leakwatch_requests_since_baseline", "requests"),),
-        base_colour=NEUTRAL,
-        description="The divisor of every per-request figure above. Healthy: climbing with traffic; it "
-                    "starts again from 0 after a restart.",
+gpu_memory = Row(
+    "GPU memory, per card and per vLLM process",
+    (
+        Panel(
+            title="GPU memory used per card, with the post-warm-up baseline",
+            unit="bytes",
+            width=12,
+            gpu=True,
+            queries=(
+                Query(f"DCGM_FI_DEV_FB_USED{{{GPU}}} * {MIB}", "GPU {{gpu}} used"),
+                Query(f"leakwatch_gpu_memory_baseline_bytes{{{GPU}}}", "GPU {{gpu}} baseline", dashed=True),
+                Query(f"leakwatch_gpu_memory_total_bytes{{{GPU}}}", "GPU {{gpu}} total", dashed=True),
+            ),
+            base_colour=NEUTRAL,
+            description="Framebuffer in use (DCGM) against the baseline taken after warm-up and the card's "
+            "size. Healthy: flat at the baseline (~90 % of the card under vLLM); a one-time step "
+            "that then plateaus is not a leak, a line that keeps climbing under load is.",
+        ),
+        Panel(
+            title="GPU memory per vLLM process",
+            unit="bytes",
+            width=12,
+            gpu=True,
+            stacked=True,
+            queries=(Query(per_process(f"leakwatch_gpu_process_memory_bytes{{{GPU}}}"), "GPU {{gpu}} {{process}}"),),
+            base_colour=NEUTRAL,
+            description="GPU memory held by each vLLM process (NVML), stacked per card: tells which process "
+            "holds memory that DCGM only reports per card. Healthy: flat after warm-up.",
+        ),
+        Panel(
+            title="GPU memory growth since the baseline",
+            unit="bytes",
+            width=8,
+            gpu=True,
+            queries=(Query(f"leakwatch_gpu_memory_growth_bytes{{{GPU}}}", "GPU {{gpu}}"),),
+            base_colour=NEUTRAL,
+            description="GPU memory now minus at the post-warm-up baseline. Healthy: around 0 B with small "
+            "swings; steady growth with traffic is a leak.",
+        ),
+        Panel(
+            title="GPU memory growth per request",
+            unit="bytes",
+            width=8,
+            gpu=True,
+            queries=(Query(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU {{gpu}}"),),
+            thresholds=T.GROWTH_PER_REQUEST,
+            description="Growth since the baseline divided by requests served since then: the leak's size per "
+            "request. Healthy: near 0 B and falling as requests accumulate.",
+        ),
+        Panel(
+            title="VRAM retention after bursts",
+            unit="percentunit",
+            width=8,
+            gpu=True,
+            min=0,
+            max=1,
+            queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
+            thresholds=T.RETENTION,
+            event=BURST,
+            description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
+            "is idle again (the articles' vram_retention_ratio); measured after a burst that gained "
+            "memory. Healthy: below 30 %.",
+        ),
     ),
-    Panel(
-        title="Exporter collection time per collector",
-        unit="s", width=8,
-        queries=(Query("leakwatch_collector_duration_seconds", "{{collector}}"),),
-        thresholds=((1, WARN),),
-        description="How long each collector of `leakwatch exporter` took in its last scrape. Healthy: "
-                    "milliseconds; near the scrape interval the figures lag.",
+)
+
+host_memory = Row(
+    "Host memory, per vLLM process role",
+    (
+        Panel(
+            title="Resident memory (RSS) per vLLM process role",
+            unit="bytes",
+            width=8,
+            queries=(Query(per_process("leakwatch_process_resident_memory_bytes"), "{{process}}"),),
+            base_colour=NEUTRAL,
+            description="RSS of the API server, EngineCore and each worker (vLLM's own process_* metrics only "
+            "cover the API server). Healthy: flat after warm-up; real leaks often grow in "
+            "EngineCore or the workers.",
+        ),
+        Panel(
+            title="Swap used per vLLM process role",
+            unit="bytes",
+            width=8,
+            queries=(Query(per_process("leakwatch_process_swap_bytes"), "{{process}}"),),
+            base_colour=NEUTRAL,
+            description="Pages of vLLM's processes pushed to swap. Healthy: 0 or flat. Swap growing while RSS "
+            "looks flat is a leak hiding in swap.",
+        ),
+        Panel(
+            title="vLLM processes per role",
+            unit="none",
+            width=8,
+            decimals=0,
+            queries=(Query("leakwatch_processes", "{{role}}"),),
+            base_colour=NEUTRAL,
+            description="Live processes per role. Healthy: constant (one API server, one EngineCore, one "
+            "worker per GPU rank); a drop is a crash, a change is a restart.",
+        ),
+        Panel(
+            title="Host memory growth since the baseline, per role",
+            unit="bytes",
+            width=8,
+            queries=(Query("leakwatch_host_memory_growth_bytes", "{{role}}"),),
+            base_colour=NEUTRAL,
+            description="RSS + swap now minus at the post-warm-up baseline, per role. Healthy: around 0 B; "
+            "linear growth with requests is a leak.",
+        ),
+        Panel(
+            title="Host memory growth per request, per role",
+            unit="bytes",
+            width=8,
+            queries=(Query("leakwatch_host_memory_growth_per_request_bytes", "{{role}}"),),
+            thresholds=T.GROWTH_PER_REQUEST,
+            description="Growth since the baseline divided by requests served: from ~90 B to several MB per "
+            "request in real vLLM leaks. Healthy: near 0 B and falling as requests accumulate.",
+        ),
+        Panel(
+            title="Host memory retention after bursts, per role",
+            unit="percentunit",
+            width=8,
+            min=0,
+            max=1,
+            queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
+            thresholds=T.RETENTION,
+            event=BURST,
+            description="Share of the host memory gained during the last burst still held once vLLM is idle; "
+            "measured once a burst has gained a few MiB and vLLM then stayed idle for a while. "
+            "Healthy: below 30 %.",
+        ),
+        Panel(
+            title="vLLM memory against its limit",
+            unit="percentunit",
+            width=12,
+            min=0,
+            queries=(
+                Query(f"max(process_resident_memory_bytes{{{VLLM_PROCESS}}}) / ({MEMORY_LIMIT})", "API server RSS"),
+                Query(f"max(leakwatch_cgroup_memory_usage_bytes) / ({MEMORY_LIMIT})", "cgroup (all vLLM processes)"),
+            ),
+            thresholds=T.MEMORY_LIMIT,
+            description="Memory as a share of the container's limit (the host's RAM when there is none): the "
+            "articles' HighMemoryUsage (> 90 %). Healthy: well below 90 % and flat.",
+        ),
+        Panel(
+            title="Host memory available and swap used",
+            unit="bytes",
+            width=12,
+            queries=(
+                Query(f"node_memory_MemAvailable_bytes{{{NODE}}}", "available {{instance}}"),
+                Query(
+                    f"node_memory_SwapTotal_bytes{{{NODE}}} - node_memory_SwapFree_bytes{{{NODE}}}",
+                    "swap used {{instance}}",
+                ),
+            ),
+            base_colour=NEUTRAL,
+            description="The whole host (node exporter). Healthy: available memory flat; falling available "
+            "memory with flat vLLM RSS points at another process.",
+        ),
     ),
-    Panel(
-        title="vLLM /metrics reachable from the exporter",
-        unit="none", width=8, min=0, max=1, base_colour=BAD,
-        queries=(Query("leakwatch_vllm_up", "vLLM up"),),
-        thresholds=((1, OK),), ranges=((-0.5, 0.5, "down"), (0.5, 1.5, "up")),
-        description="1 when the exporter could read vLLM's request counter this scrape; per-request "
-                    "figures need it. Healthy: 1.",
+)
+
+traffic = Row(
+    "Traffic against memory",
+    (
+        Panel(
+            title="Requests per second against vLLM host memory",
+            unit="reqps",
+            width=12,
+            queries=(
+                Query(f"sum(rate(vllm:request_success_total{{{VLLM}}}[$__rate_interval]))", "requests/s"),
+                Query(f"sum({HOST_MEMORY})", "vLLM RSS + swap (all roles)", unit="bytes", right_axis=True),
+            ),
+            base_colour=NEUTRAL,
+            description="Article A's correlation: memory that follows the request rate up and never comes "
+            "back down is a per-request leak. Healthy: memory flat whatever the traffic.",
+        ),
+        Panel(
+            title="Python garbage collections per second (API server)",
+            unit="ops",
+            width=6,
+            queries=(
+                Query(
+                    f"sum by (generation) (rate(python_gc_collections_total{{{VLLM_PROCESS}}}[$__rate_interval]))",
+                    "generation {{generation}}",
+                ),
+            ),
+            base_colour=NEUTRAL,
+            description="Collections per generation in vLLM's API-server process. Healthy: steady with "
+            "traffic; a rising generation-2 rate means objects survive and pile up.",
+        ),
+        Panel(
+            title="Series in vLLM's /metrics",
+            unit="none",
+            width=6,
+            queries=(Query(f"scrape_samples_scraped{{{VLLM_PROCESS}}}", "{{instance}}"),),
+            base_colour=NEUTRAL,
+            description="Samples Prometheus reads from vLLM per scrape (label cardinality). Healthy: flat; "
+            "steady growth means label values churn (e.g. per-adapter labels) and leak memory in "
+            "vLLM and Prometheus alike.",
+        ),
     ),
-))
+)
+
+exporter_health = Row(
+    "Memory exporter",
+    (
+        Panel(
+            title="Requests served since the baseline",
+            unit="short",
+            width=8,
+            queries=(Query("leakwatch_requests_since_baseline", "requests"),),
+            base_colour=NEUTRAL,
+            description="The divisor of every per-request figure above. Healthy: climbing with traffic; it "
+            "starts again from 0 after a restart.",
+        ),
+        Panel(
+            title="Exporter collection time per collector",
+            unit="s",
+            width=8,
+            queries=(Query("leakwatch_collector_duration_seconds", "{{collector}}"),),
+            thresholds=((1, WARN),),
+            description="How long each collector of `leakwatch exporter` took in its last scrape. Healthy: "
+            "milliseconds; near the scrape interval the figures lag.",
+        ),
+        Panel(
+            title="vLLM /metrics reachable from the exporter",
+            unit="none",
+            width=8,
+            min=0,
+            max=1,
+            base_colour=BAD,
+            queries=(Query("leakwatch_vllm_up", "vLLM up"),),
+            thresholds=((1, OK),),
+            ranges=((-0.5, 0.5, "down"), (0.5, 1.5, "up")),
+            description="1 when the exporter could read vLLM's request counter this scrape; per-request "
+            "figures need it. Healthy: 1.",
+        ),
+    ),
+)
 
 BOARD = Board(
     uid="leakwatch-memory",
     title="leakwatch / Memory-leak watch",
     description="Is vLLM leaking GPU or host memory, in which process, how much per request, and how "
-                "long until it runs out. Growth is measured from a baseline taken after warm-up, so "
-                "vLLM's preallocated KV cache never looks like a leak.",
+    "long until it runs out. Growth is measured from a baseline taken after warm-up, so "
+    "vLLM's preallocated KV cache never looks like a leak.",
     source="leakwatch/dashboards/memory.py",
     time_from="now-24h",
     refresh="1m",

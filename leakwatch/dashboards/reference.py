@@ -57,7 +57,12 @@ def _board(board: Board) -> str:
         "",
     ]
     for row in board.rows:
-        lines += [f"### {row.title}", "", "| panel | unit | levels | GPU only | what it shows |", "|---|---|---|---|---|"]
+        lines += [
+            f"### {row.title}",
+            "",
+            "| panel | unit | levels | GPU only | what it shows |",
+            "|---|---|---|---|---|",
+        ]
         for panel in row.panels:
             gpu = "yes" if panel.gpu else ""
             lines.append(f"| {panel.title} | `{panel.unit}` | {_levels(panel)} | {gpu} | {panel.description} |")

@@ -19,195 +19,262 @@ def overall(q: float, histogram: str) -> str:
     return quantile(q, histogram, by="")
 
 
-now = Row("Service level now", (
-    Panel(
-        title="Requests per second",
-        kind="stat", unit="reqps", width=4, height=5,
-        queries=(Query(f"sum({rate('vllm:request_success_total')})", "requests/s"),),
-        base_colour=NEUTRAL,
-        description="Requests vLLM finished per second, any finish reason. Healthy: follows your traffic.",
-    ),
-    Panel(
-        title="Failed API calls",
-        kind="stat", unit="percentunit", width=4, height=5,
-        queries=(Query(ratio(failed_api_calls(), f"sum({rate('http_requests_total', VLLM_API)})"), "failed share"),),
-        thresholds=T.ERROR_RATIO,
-        description="Share of OpenAI API calls answered with a non-2xx status (4xx: bad requests such as "
-                    "a wrong model name or a prompt too long; 5xx: server failures). Healthy: below 1 %.",
-    ),
-    Panel(
-        title="Time to first token, p90",
-        kind="stat", unit="s", width=4, height=5,
-        queries=(Query(overall(0.9, TTFT), "p90"),),
-        thresholds=T.TTFT,
-        description="9 in 10 requests got their first token within this time (server side: queueing and "
-                    "prefill). Healthy: below 1 s for interactive use.",
-    ),
-    Panel(
-        title="Time between tokens, p90",
-        kind="stat", unit="s", width=4, height=5,
-        queries=(Query(overall(0.9, ITL), "p90"),),
-        thresholds=T.ITL,
-        description="Inter-token latency while streaming, 90th percentile. Healthy: below 100 ms (faster "
-                    "than people read).",
-    ),
-    Panel(
-        title="End-to-end latency, p90",
-        kind="stat", unit="s", width=4, height=5,
-        queries=(Query(overall(0.9, E2E), "p90"),),
-        thresholds=T.E2E_LATENCY,
-        description="Whole-request time inside vLLM, 90th percentile. Healthy: well below 10 s for chat-length "
-                    "outputs; the articles alert above 15 s.",
-    ),
-    Panel(
-        title="KV cache usage, fullest engine",
-        kind="stat", unit="percentunit", width=4, height=5, min=0, max=1,
-        queries=(Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache"),),
-        thresholds=T.KV_CACHE,
-        description="Share of the KV-cache blocks in use. Healthy: high under load is expected; near 100 % "
-                    "with preemptions means requests are being recomputed.",
-    ),
-))
-
-latency = Row("Latency", (
-    Panel(
-        title="Time to first token",
-        unit="s", width=12,
-        queries=percentiles(TTFT),
-        thresholds=T.TTFT,
-        description="p50 / p90 / p99 from vLLM's histogram: queueing plus prefill. Healthy: p90 below 1 s; "
-                    "a rising p99 with a flat p50 means requests wait in the queue.",
-    ),
-    Panel(
-        title="Time between tokens (inter-token latency)",
-        unit="s", width=12,
-        queries=percentiles(ITL),
-        thresholds=T.ITL,
-        description="p50 / p90 / p99 of the gap between streamed tokens. Healthy: flat and below 100 ms; "
-                    "it grows with batch size and with long prefills sharing the batch.",
-    ),
-    Panel(
-        title="End-to-end request latency",
-        unit="s", width=12,
-        queries=percentiles(E2E),
-        thresholds=T.E2E_LATENCY,
-        description="p50 / p90 / p99 of the whole request inside vLLM; it depends on output length. Healthy: "
-                    "flat at steady traffic; the articles alert above 15 s.",
-    ),
-    Panel(
-        title="Time waiting in the queue",
-        unit="s", width=12,
-        queries=percentiles(QUEUE, (0.5, 0.9)),
-        thresholds=T.TTFT,
-        description="Time requests spent waiting before vLLM scheduled them. Healthy: near 0; growth means "
-                    "more concurrent requests than max-num-seqs or than the KV cache holds.",
-    ),
-))
-
-throughput = Row("Throughput", (
-    Panel(
-        title="Requests finished per second, by finish reason",
-        unit="reqps", width=8, stacked=True,
-        queries=(Query(f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}"),),
-        base_colour=NEUTRAL,
-        description="stop: the model ended; length: max_tokens reached; abort: the client went away; "
-                    "error: the engine failed the request. Healthy: stop and length only.",
-    ),
-    Panel(
-        title="Tokens per second",
-        unit=TOKENS_PER_S, width=8,
-        queries=(
-            Query(f"sum({rate('vllm:prompt_tokens_total')})", "prompt (prefill)"),
-            Query(f"sum({rate('vllm:generation_tokens_total')})", "generated"),
+now = Row(
+    "Service level now",
+    (
+        Panel(
+            title="Requests per second",
+            kind="stat",
+            unit="reqps",
+            width=4,
+            height=5,
+            queries=(Query(f"sum({rate('vllm:request_success_total')})", "requests/s"),),
+            base_colour=NEUTRAL,
+            description="Requests vLLM finished per second, any finish reason. Healthy: follows your traffic.",
         ),
-        base_colour=NEUTRAL,
-        description="Prompt tokens processed and output tokens generated per second. Healthy: generation "
-                    "follows the request rate; a drop at steady traffic means the engine slowed down.",
-    ),
-    Panel(
-        title="Prompt and output length per request, p50 and p90",
-        unit="short", width=8,
-        queries=(
-            *percentiles("vllm:request_prompt_tokens", (0.5, 0.9), prefix="prompt "),
-            *percentiles("vllm:request_generation_tokens", (0.5, 0.9), prefix="output "),
+        Panel(
+            title="Failed API calls",
+            kind="stat",
+            unit="percentunit",
+            width=4,
+            height=5,
+            queries=(
+                Query(ratio(failed_api_calls(), f"sum({rate('http_requests_total', VLLM_API)})"), "failed share"),
+            ),
+            thresholds=T.ERROR_RATIO,
+            description="Share of OpenAI API calls answered with a non-2xx status (4xx: bad requests such as "
+            "a wrong model name or a prompt too long; 5xx: server failures). Healthy: below 1 %.",
         ),
-        base_colour=NEUTRAL,
-        description="Tokens per request, from vLLM's histograms: the workload's shape, which explains "
-                    "latency and KV-cache use. Healthy: stable for a given workload; a jump explains "
-                    "latency changes better than the server does.",
+        Panel(
+            title="Time to first token, p90",
+            kind="stat",
+            unit="s",
+            width=4,
+            height=5,
+            queries=(Query(overall(0.9, TTFT), "p90"),),
+            thresholds=T.TTFT,
+            description="9 in 10 requests got their first token within this time (server side: queueing and "
+            "prefill). Healthy: below 1 s for interactive use.",
+        ),
+        Panel(
+            title="Time between tokens, p90",
+            kind="stat",
+            unit="s",
+            width=4,
+            height=5,
+            queries=(Query(overall(0.9, ITL), "p90"),),
+            thresholds=T.ITL,
+            description="Inter-token latency while streaming, 90th percentile. Healthy: below 100 ms (faster "
+            "than people read).",
+        ),
+        Panel(
+            title="End-to-end latency, p90",
+            kind="stat",
+            unit="s",
+            width=4,
+            height=5,
+            queries=(Query(overall(0.9, E2E), "p90"),),
+            thresholds=T.E2E_LATENCY,
+            description="Whole-request time inside vLLM, 90th percentile. Healthy: well below 10 s for chat-length "
+            "outputs; the articles alert above 15 s.",
+        ),
+        Panel(
+            title="KV cache usage, fullest engine",
+            kind="stat",
+            unit="percentunit",
+            width=4,
+            height=5,
+            min=0,
+            max=1,
+            queries=(Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache"),),
+            thresholds=T.KV_CACHE,
+            description="Share of the KV-cache blocks in use. Healthy: high under load is expected; near 100 % "
+            "with preemptions means requests are being recomputed.",
+        ),
     ),
-))
+)
 
-scheduler = Row("Scheduler and KV cache", (
-    Panel(
-        title="Requests running and waiting",
-        unit="short", width=6,
-        queries=running_and_waiting(),
-        base_colour=NEUTRAL,
-        description="Requests in the running batch and in the queue. Healthy: waiting near 0; a queue "
-                    "that keeps growing means the server is saturated.",
+latency = Row(
+    "Latency",
+    (
+        Panel(
+            title="Time to first token",
+            unit="s",
+            width=12,
+            queries=percentiles(TTFT),
+            thresholds=T.TTFT,
+            description="p50 / p90 / p99 from vLLM's histogram: queueing plus prefill. Healthy: p90 below 1 s; "
+            "a rising p99 with a flat p50 means requests wait in the queue.",
+        ),
+        Panel(
+            title="Time between tokens (inter-token latency)",
+            unit="s",
+            width=12,
+            queries=percentiles(ITL),
+            thresholds=T.ITL,
+            description="p50 / p90 / p99 of the gap between streamed tokens. Healthy: flat and below 100 ms; "
+            "it grows with batch size and with long prefills sharing the batch.",
+        ),
+        Panel(
+            title="End-to-end request latency",
+            unit="s",
+            width=12,
+            queries=percentiles(E2E),
+            thresholds=T.E2E_LATENCY,
+            description="p50 / p90 / p99 of the whole request inside vLLM; it depends on output length. Healthy: "
+            "flat at steady traffic; the articles alert above 15 s.",
+        ),
+        Panel(
+            title="Time waiting in the queue",
+            unit="s",
+            width=12,
+            queries=percentiles(QUEUE, (0.5, 0.9)),
+            thresholds=T.TTFT,
+            description="Time requests spent waiting before vLLM scheduled them. Healthy: near 0; growth means "
+            "more concurrent requests than max-num-seqs or than the KV cache holds.",
+        ),
     ),
-    Panel(
-        title="KV cache usage",
-        unit="percentunit", width=6, min=0, max=1,
-        queries=(Query(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "{{model_name}} engine {{engine}}"),),
-        thresholds=T.KV_CACHE,
-        description="Share of KV-cache blocks in use (vllm:kv_cache_usage_perc; the old "
-                    "gpu_cache_usage_perc is gone). Healthy: high under load is fine while preemptions stay at 0.",
-    ),
-    Panel(
-        title="Preemptions per second",
-        unit="ops", width=6,
-        queries=(Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s"),),
-        thresholds=T.PREEMPTIONS_PER_S,
-        description="Requests evicted from the KV cache and recomputed later. Healthy: 0; sustained "
-                    "preemptions mean the cache is too small for the concurrency.",
-    ),
-    Panel(
-        title="Prefix cache hit rate",
-        unit="percentunit", width=6, min=0, max=1,
-        queries=(Query(ratio(f"sum({rate('vllm:prefix_cache_hits_total')})",
-                             f"sum({rate('vllm:prefix_cache_queries_total')})"), "hit rate"),),
-        base_colour=NEUTRAL,
-        description="Share of prompt tokens served from the prefix cache. Healthy depends on the workload: "
-                    "high for chat and code assistance with repeated context, near 0 for unique prompts; "
-                    "a drop at the same workload means the cache is evicted too early.",
-    ),
-))
+)
 
-errors = Row("Errors", (
-    Panel(
-        title="Failed API calls by status",
-        unit="reqps", width=8,
-        queries=(Query(failed_api_calls("status, handler"), "{{status}} {{handler}}"),),
-        thresholds=T.FAILURES_PER_S,
-        description="Non-2xx answers of the OpenAI API per second. Healthy: none. 4xx: client mistakes "
-                    "(model name, prompt too long); 5xx: the server failed.",
+throughput = Row(
+    "Throughput",
+    (
+        Panel(
+            title="Requests finished per second, by finish reason",
+            unit="reqps",
+            width=8,
+            stacked=True,
+            queries=(Query(f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}"),),
+            base_colour=NEUTRAL,
+            description="stop: the model ended; length: max_tokens reached; abort: the client went away; "
+            "error: the engine failed the request. Healthy: stop and length only.",
+        ),
+        Panel(
+            title="Tokens per second",
+            unit=TOKENS_PER_S,
+            width=8,
+            queries=(
+                Query(f"sum({rate('vllm:prompt_tokens_total')})", "prompt (prefill)"),
+                Query(f"sum({rate('vllm:generation_tokens_total')})", "generated"),
+            ),
+            base_colour=NEUTRAL,
+            description="Prompt tokens processed and output tokens generated per second. Healthy: generation "
+            "follows the request rate; a drop at steady traffic means the engine slowed down.",
+        ),
+        Panel(
+            title="Prompt and output length per request, p50 and p90",
+            unit="short",
+            width=8,
+            queries=(
+                *percentiles("vllm:request_prompt_tokens", (0.5, 0.9), prefix="prompt "),
+                *percentiles("vllm:request_generation_tokens", (0.5, 0.9), prefix="output "),
+            ),
+            base_colour=NEUTRAL,
+            description="Tokens per request, from vLLM's histograms: the workload's shape, which explains "
+            "latency and KV-cache use. Healthy: stable for a given workload; a jump explains "
+            "latency changes better than the server does.",
+        ),
     ),
-    Panel(
-        title="Aborted and failed generations",
-        unit="reqps", width=8,
-        queries=(Query(f'sum by (finished_reason) (rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
-                       "{{finished_reason}}"),),
-        thresholds=T.FAILURES_PER_S,
-        description="Requests vLLM ended without a result: abort (the client disconnected, often after a "
-                    "client timeout) or error. Healthy: 0.",
+)
+
+scheduler = Row(
+    "Scheduler and KV cache",
+    (
+        Panel(
+            title="Requests running and waiting",
+            unit="short",
+            width=6,
+            queries=running_and_waiting(),
+            base_colour=NEUTRAL,
+            description="Requests in the running batch and in the queue. Healthy: waiting near 0; a queue "
+            "that keeps growing means the server is saturated.",
+        ),
+        Panel(
+            title="KV cache usage",
+            unit="percentunit",
+            width=6,
+            min=0,
+            max=1,
+            queries=(Query(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "{{model_name}} engine {{engine}}"),),
+            thresholds=T.KV_CACHE,
+            description="Share of KV-cache blocks in use (vllm:kv_cache_usage_perc; the old "
+            "gpu_cache_usage_perc is gone). Healthy: high under load is fine while preemptions stay at 0.",
+        ),
+        Panel(
+            title="Preemptions per second",
+            unit="ops",
+            width=6,
+            queries=(Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s"),),
+            thresholds=T.PREEMPTIONS_PER_S,
+            description="Requests evicted from the KV cache and recomputed later. Healthy: 0; sustained "
+            "preemptions mean the cache is too small for the concurrency.",
+        ),
+        Panel(
+            title="Prefix cache hit rate",
+            unit="percentunit",
+            width=6,
+            min=0,
+            max=1,
+            queries=(
+                Query(
+                    ratio(
+                        f"sum({rate('vllm:prefix_cache_hits_total')})",
+                        f"sum({rate('vllm:prefix_cache_queries_total')})",
+                    ),
+                    "hit rate",
+                ),
+            ),
+            base_colour=NEUTRAL,
+            description="Share of prompt tokens served from the prefix cache. Healthy depends on the workload: "
+            "high for chat and code assistance with repeated context, near 0 for unique prompts; "
+            "a drop at the same workload means the cache is evicted too early.",
+        ),
     ),
-    Panel(
-        title="Requests rejected at admission",
-        unit="reqps", width=8,
-        queries=(Query(f"sum by (reason) ({rate('vllm:admission_rejections_total')})", "{{reason}}"),),
-        thresholds=T.FAILURES_PER_S,
-        description="Requests refused because a queue limit was reached. Healthy: 0; otherwise add "
-                    "capacity or shed load upstream.",
+)
+
+errors = Row(
+    "Errors",
+    (
+        Panel(
+            title="Failed API calls by status",
+            unit="reqps",
+            width=8,
+            queries=(Query(failed_api_calls("status, handler"), "{{status}} {{handler}}"),),
+            thresholds=T.FAILURES_PER_S,
+            description="Non-2xx answers of the OpenAI API per second. Healthy: none. 4xx: client mistakes "
+            "(model name, prompt too long); 5xx: the server failed.",
+        ),
+        Panel(
+            title="Aborted and failed generations",
+            unit="reqps",
+            width=8,
+            queries=(
+                Query(
+                    f'sum by (finished_reason) (rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
+                    "{{finished_reason}}",
+                ),
+            ),
+            thresholds=T.FAILURES_PER_S,
+            description="Requests vLLM ended without a result: abort (the client disconnected, often after a "
+            "client timeout) or error. Healthy: 0.",
+        ),
+        Panel(
+            title="Requests rejected at admission",
+            unit="reqps",
+            width=8,
+            queries=(Query(f"sum by (reason) ({rate('vllm:admission_rejections_total')})", "{{reason}}"),),
+            thresholds=T.FAILURES_PER_S,
+            description="Requests refused because a queue limit was reached. Healthy: 0; otherwise add "
+            "capacity or shed load upstream.",
+        ),
     ),
-))
+)
 
 BOARD = Board(
     uid="leakwatch-serving",
     title="leakwatch / vLLM serving",
     description="Does vLLM meet its latency objectives, how much does it serve, and is it saturated or "
-                "failing: latency percentiles, throughput, the scheduler, the KV cache and errors.",
+    "failing: latency percentiles, throughput, the scheduler, the KV cache and errors.",
     source="leakwatch/dashboards/serving.py",
     time_from="now-6h",
     refresh="30s",

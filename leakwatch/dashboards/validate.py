@@ -25,9 +25,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog import plugins, runtime as cog_runtime
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import dashboard as model
-from grafana_foundation_sdk.models import prometheus as prometheus_model
-from grafana_foundation_sdk.models import units as units_model
+from grafana_foundation_sdk.models import dashboard as model, prometheus as prometheus_model, units as units_model
 
 from .kit import DATASOURCE, GRID_WIDTH, PANEL_KINDS, PROMETHEUS_ANNOTATION_KEYS
 from .provisioning import DATASOURCE_TYPE
@@ -35,7 +33,9 @@ from .provisioning import DATASOURCE_TYPE
 # The schema version the SDK's Grafana 11.6 model writes and expects.
 SCHEMA_VERSION = model.Dashboard().schema_version
 UID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
-GRAFANA_UNITS = {value for name, value in vars(units_model).items() if not name.startswith("_") and isinstance(value, str)}
+GRAFANA_UNITS = {
+    value for name, value in vars(units_model).items() if not name.startswith("_") and isinstance(value, str)
+}
 # Grafana's custom units: `suffix:<text>`, `prefix:<text>`, `si:<unit>`, `count:<unit>`, `time:<format>`.
 CUSTOM_UNIT = re.compile(r"^(suffix|prefix|si|count|time|currency):.+")
 
@@ -69,20 +69,32 @@ def type_problems(value, hint, path: str) -> list[str]:
     if origin is list:
         if not isinstance(value, list):
             return [f"{path}: expected a list, got {type(value).__name__}"]
-        return [p for i, item in enumerate(value) for p in type_problems(item, args[0] if args else object, f"{path}[{i}]")]
+        return [
+            p for i, item in enumerate(value) for p in type_problems(item, args[0] if args else object, f"{path}[{i}]")
+        ]
     if origin is dict:
         if not isinstance(value, dict):
             return [f"{path}: expected an object, got {type(value).__name__}"]
-        return [p for key, item in value.items() for p in type_problems(item, args[1] if args else object, f"{path}.{key}")]
+        return [
+            p for key, item in value.items() for p in type_problems(item, args[1] if args else object, f"{path}.{key}")
+        ]
     if not isinstance(hint, type):
         return []
     if issubclass(hint, enum.Enum):
         allowed = {member.value for member in hint}
-        return [] if (value in allowed or isinstance(value, hint)) else [f"{path}: {value!r} is not a {hint.__name__} ({sorted(allowed)})"]
+        return (
+            []
+            if (value in allowed or isinstance(value, hint))
+            else [f"{path}: {value!r} is not a {hint.__name__} ({sorted(allowed)})"]
+        )
     if hint is bool:
         return [] if isinstance(value, bool) else [f"{path}: expected a boolean, got {value!r}"]
     if hint is int:
-        return [] if isinstance(value, int) and not isinstance(value, bool) else [f"{path}: expected an integer, got {value!r}"]
+        return (
+            []
+            if isinstance(value, int) and not isinstance(value, bool)
+            else [f"{path}: expected an integer, got {value!r}"]
+        )
     if hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return [] if ok else [f"{path}: expected a number, got {value!r}"]
@@ -116,16 +128,23 @@ def _round_trip_problems(original, decoded, path: str, allowed_extra: set[str]) 
     if isinstance(original, list):
         if not isinstance(decoded, list) or len(decoded) != len(original):
             return [f"{path}: list changed when decoded"]
-        return [p for i, (a, b) in enumerate(zip(original, decoded)) for p in _round_trip_problems(a, b, f"{path}[{i}]", allowed_extra)]
-    if original != decoded or (type(original) is not type(decoded) and not (
-        isinstance(original, (int, float)) and isinstance(decoded, (int, float))
-    )):
+        return [
+            p
+            for i, (a, b) in enumerate(zip(original, decoded))
+            for p in _round_trip_problems(a, b, f"{path}[{i}]", allowed_extra)
+        ]
+    if original != decoded or (
+        type(original) is not type(decoded)
+        and not (isinstance(original, (int, float)) and isinstance(decoded, (int, float)))
+    ):
         return [f"{path}: {original!r} decoded as {decoded!r}"]
     return []
 
 
 def _overlaps(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    return (
+        a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    )
 
 
 def _unit_problem(unit, where: str) -> list[str]:
@@ -148,7 +167,9 @@ def panel_problems(document: dict) -> list[str]:
     ids = [p.get("id") for p in panels]
     problems += [f"panel id {i} is used more than once" for i in sorted({i for i in ids if ids.count(i) > 1})]
     titles = [p.get("title") for p in panels if p.get("type") != "row"]
-    problems += [f"panel title {t!r} is used more than once" for t in sorted({t for t in titles if titles.count(t) > 1})]
+    problems += [
+        f"panel title {t!r} is used more than once" for t in sorted({t for t in titles if titles.count(t) > 1})
+    ]
     for panel in panels:
         where = f"panel {panel.get('id')} {panel.get('title')!r}"
         pos = panel.get("gridPos") or {}
@@ -189,8 +210,10 @@ def panel_problems(document: dict) -> list[str]:
                 problems.append(f"{where}: query {target.get('refId')} has no expression")
             problems += _datasource_problem(target.get("datasource"), f"{where} query {target.get('refId')}")
     for i, a in enumerate(panels):
-        for b in panels[i + 1:]:
-            if all(isinstance((p.get("gridPos") or {}).get(k), int) for p in (a, b) for k in "xywh") and _overlaps(a["gridPos"], b["gridPos"]):
+        for b in panels[i + 1 :]:
+            if all(isinstance((p.get("gridPos") or {}).get(k), int) for p in (a, b) for k in "xywh") and _overlaps(
+                a["gridPos"], b["gridPos"]
+            ):
                 problems.append(f"panels {a.get('id')} {a.get('title')!r} and {b.get('id')} {b.get('title')!r} overlap")
     return problems
 
@@ -233,4 +256,3 @@ def file_problems(path: Path) -> list[str]:
     except ValueError as exc:
         return [f"{path.name}: not JSON: {exc}"]
     return [f"{path.name}: {p}" for p in dashboard_problems(document)]
-

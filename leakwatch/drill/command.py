@@ -16,8 +16,9 @@ from . import plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(plan.CONFIG_FILE), metavar="FILE",
-                        help="drill settings (default config/drill.yaml)")
+    parser.add_argument(
+        "--config", default=str(plan.CONFIG_FILE), metavar="FILE", help="drill settings (default config/drill.yaml)"
+    )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
 
@@ -32,8 +33,10 @@ def run(args: argparse.Namespace) -> int:
             json.dump(result.__dict__, fh, indent=1, default=str)
     est = result.estimate_bytes_per_request
     print(f"control phase: {result.control.get('verdict', 'n/a')}")
-    print(f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
-          f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected")
+    print(
+        f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
+        f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected"
+    )
     print(f"restarts by the healer: {result.restarts} (alerts it received: {result.notifications})")
     for failure in result.failures:
         print(f"FAILED: {failure}")

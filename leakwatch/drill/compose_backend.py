@@ -28,12 +28,20 @@ HEADER = "Drill override for compose (leakwatch/drill/compose_backend.py), writt
 
 def drill_settings(settings: StackSettings, scrape_interval_s: float) -> StackSettings:
     interval = f"{scrape_interval_s:g}s"
-    return dataclasses.replace(settings, prometheus={**settings.prometheus, "scrape_interval": interval,
-                                                     "evaluation_interval": interval})
+    return dataclasses.replace(
+        settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval}
+    )
 
 
-def write_override(folder: Path, profile: str, compression: float, scrape_interval_s: float,
-                   bytes_per_request: int, path_prefix: str = "/v1/completions", device: str = "cpu") -> Path:
+def write_override(
+    folder: Path,
+    profile: str,
+    compression: float,
+    scrape_interval_s: float,
+    bytes_per_request: int,
+    path_prefix: str = "/v1/completions",
+    device: str = "cpu",
+) -> Path:
     """Writes the drill's Prometheus/Alertmanager configs and the override file into `folder`;
     returns the override's path (pass it to compose after compose.yaml)."""
     folder = Path(folder).resolve()
@@ -49,22 +57,38 @@ def write_override(folder: Path, profile: str, compression: float, scrape_interv
 
     base = compose_document()["services"]
     vllm, exporter = f"vllm-{profile}", f"leakwatch-exporter-{profile}"
-    override = {"services": {
-        vllm: {
-            "command": [*base[vllm]["command"], "--middleware", MIDDLEWARE],
-            "environment": {"PYTHONPATH": SOURCE_DIR, leak_middleware.BYTES_ENV: str(bytes_per_request),
-                            leak_middleware.PREFIX_ENV: path_prefix, leak_middleware.DEVICE_ENV: device},
-            "volumes": [f"{REPO_ROOT}:{SOURCE_DIR}:ro"],
-        },
-        exporter: {"command": [
-            *base[exporter]["command"],
-            "--sample-interval", f"{max(5.0 / compression, 0.5):g}",
-            "--smaps-interval", f"{max(60.0 / compression, 1.0):g}",
-            "--baseline-idle-wait", f"{max(60.0 / compression, 2.0):g}"]},
-        "prometheus": {"volumes": [f"{folder / 'prometheus.yml'}:/etc/prometheus/prometheus.yml:ro",
-                                   f"{rules}:/etc/prometheus/rules:ro"]},
-        "alertmanager": {"volumes": [f"{folder / 'alertmanager.yml'}:/etc/alertmanager/alertmanager.yml:ro"]},
-    }}
+    override = {
+        "services": {
+            vllm: {
+                "command": [*base[vllm]["command"], "--middleware", MIDDLEWARE],
+                "environment": {
+                    "PYTHONPATH": SOURCE_DIR,
+                    leak_middleware.BYTES_ENV: str(bytes_per_request),
+                    leak_middleware.PREFIX_ENV: path_prefix,
+                    leak_middleware.DEVICE_ENV: device,
+                },
+                "volumes": [f"{REPO_ROOT}:{SOURCE_DIR}:ro"],
+            },
+            exporter: {
+                "command": [
+                    *base[exporter]["command"],
+                    "--sample-interval",
+                    f"{max(5.0 / compression, 0.5):g}",
+                    "--smaps-interval",
+                    f"{max(60.0 / compression, 1.0):g}",
+                    "--baseline-idle-wait",
+                    f"{max(60.0 / compression, 2.0):g}",
+                ]
+            },
+            "prometheus": {
+                "volumes": [
+                    f"{folder / 'prometheus.yml'}:/etc/prometheus/prometheus.yml:ro",
+                    f"{rules}:/etc/prometheus/rules:ro",
+                ]
+            },
+            "alertmanager": {"volumes": [f"{folder / 'alertmanager.yml'}:/etc/alertmanager/alertmanager.yml:ro"]},
+        }
+    }
     path = folder / "compose.drill.yaml"
     path.write_text(yamlfmt.dump(override, HEADER))
     return path

@@ -76,10 +76,15 @@ def scaled_alertmanager(doc: dict, compression: float, repeat_s: float) -> dict:
     Alertmanager repeat itself (the healer must not restart twice)."""
     out = copy.deepcopy(doc)
     if not healer_webhooks(out):
-        raise LeakwatchError("alertmanager/alertmanager.yml has no webhook receiver for the healer "
-                             "(http://healer:<port>/alerts); the drill cannot exercise remediation")
-    healer_receivers = {r["name"] for r in out.get("receivers") or []
-                        if any(h in healer_webhooks({"receivers": [r]}) for h in r.get("webhook_configs") or [])}
+        raise LeakwatchError(
+            "alertmanager/alertmanager.yml has no webhook receiver for the healer "
+            "(http://healer:<port>/alerts); the drill cannot exercise remediation"
+        )
+    healer_receivers = {
+        r["name"]
+        for r in out.get("receivers") or []
+        if any(h in healer_webhooks({"receivers": [r]}) for h in r.get("webhook_configs") or [])
+    }
 
     def walk(route: dict) -> None:
         for key in TIMINGS:

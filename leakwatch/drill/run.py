@@ -28,12 +28,11 @@ import requests
 
 from .. import vllm_key, webauth
 from ..errors import LeakwatchError
-from ..loadgen import conventions
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
 from ..leakcheck.analysis import CheckResult
-from ..leakcheck.command import add_arguments as add_check_arguments
-from ..leakcheck.command import run_check
+from ..leakcheck.command import add_arguments as add_check_arguments, run_check
+from ..loadgen import conventions
 from ..native.layout import StateLayout
 from ..native.ports import free_port
 from ..native.runner import NativeStack
@@ -45,21 +44,22 @@ from .cgroup import MemoryCgroup
 from .plan import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
-API_MEMORY = ('sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
-              ' or sum(process_resident_memory_bytes{job="vllm"})')
+API_MEMORY = (
+    'sum(leakwatch_process_resident_memory_bytes{role="api_server"}) or sum(process_resident_memory_bytes{job="vllm"})'
+)
 
 
 @dataclass
 class DrillResult:
     compression: float
     injected_bytes_per_request: int
-    control: dict = field(default_factory=dict)       # leakwatch check --json of the control phase
-    leak: dict = field(default_factory=dict)          # ... of the leak phase
+    control: dict = field(default_factory=dict)  # leakwatch check --json of the control phase
+    leak: dict = field(default_factory=dict)  # ... of the leak phase
     estimate_bytes_per_request: float | None = None
     estimate_error_pct: float | None = None
-    alert_s: float | None = None                      # leak start -> first HostMemoryLeak firing
-    remediation_alert_s: float | None = None          # leak start -> the remediate="true" twin firing
-    recover_s: float | None = None                    # first leak alert -> memory back near baseline
+    alert_s: float | None = None  # leak start -> first HostMemoryLeak firing
+    remediation_alert_s: float | None = None  # leak start -> the remediate="true" twin firing
+    recover_s: float | None = None  # first leak alert -> memory back near baseline
     baseline_bytes: float | None = None
     recovered_bytes: float | None = None
     restarts: int = 0
@@ -98,9 +98,14 @@ class DrillStack(NativeStack):
         out = []
         for prog in programs:
             if prog.name == "leakwatch-exporter":
-                extra = ["--sample-interval", f"{max(5.0 / self.compression, 0.5):g}",
-                         "--smaps-interval", f"{max(60.0 / self.compression, 1.0):g}",
-                         "--baseline-idle-wait", f"{max(60.0 / self.compression, 2.0):g}"]
+                extra = [
+                    "--sample-interval",
+                    f"{max(5.0 / self.compression, 0.5):g}",
+                    "--smaps-interval",
+                    f"{max(60.0 / self.compression, 1.0):g}",
+                    "--baseline-idle-wait",
+                    f"{max(60.0 / self.compression, 2.0):g}",
+                ]
                 prog = dataclasses.replace(prog, command=[*prog.command, *extra])
             out.append(prog)
         return out
@@ -115,7 +120,8 @@ class Drill:
         settings = load_settings()
         interval = f"{cfg.scrape_interval_s:g}s"
         self.settings = dataclasses.replace(
-            settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval})
+            settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval}
+        )
         self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
         self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
         self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request)
@@ -144,23 +150,58 @@ class Drill:
         return 0.0
 
     def locust(self, api: str, span_s: float, log_name: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
-               "--config", str(REPO_ROOT / "loadtest" / "locust.conf"), "--headless", "--only-summary",
-               "--host", self.url("vllm"), "--model", "demo", "--client-profile", "demo", "--api", api,
-               "--load-shape", "production-day", "--requests-per-day", f"{self.cfg.requests_per_day:g}",
-               "--time-compression", f"{self.cfg.time_compression:g}", "--day-length", f"{span_s:.0f}s",
-               "--stop-timeout", "10"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(REPO_ROOT / "loadtest" / "creative_writing.py"),
+            "--config",
+            str(REPO_ROOT / "loadtest" / "locust.conf"),
+            "--headless",
+            "--only-summary",
+            "--host",
+            self.url("vllm"),
+            "--model",
+            "demo",
+            "--client-profile",
+            "demo",
+            "--api",
+            api,
+            "--load-shape",
+            "production-day",
+            "--requests-per-day",
+            f"{self.cfg.requests_per_day:g}",
+            "--time-compression",
+            f"{self.cfg.time_compression:g}",
+            "--day-length",
+            f"{span_s:.0f}s",
+            "--stop-timeout",
+            "10",
+        ]
         log = open(self.state / "logs" / f"{log_name}.log", "w")  # noqa: SIM115 - the child owns it
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"})
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"},
+        )
 
     def warm_up(self) -> None:
         rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
-            resp = requests.post(f"{self.url('vllm')}/v1/chat/completions", timeout=120,
-                                 headers=vllm_key.headers_for(self.url("vllm")), json={
-                "model": "demo", "max_tokens": 16, **rules.request_fields(),
-                "messages": rules.prompt([{"role": "user", "content": f"warm-up {i}"}])})
+            resp = requests.post(
+                f"{self.url('vllm')}/v1/chat/completions",
+                timeout=120,
+                headers=vllm_key.headers_for(self.url("vllm")),
+                json={
+                    "model": "demo",
+                    "max_tokens": 16,
+                    **rules.request_fields(),
+                    "messages": rules.prompt([{"role": "user", "content": f"warm-up {i}"}]),
+                },
+            )
             resp.raise_for_status()
 
     def api_memory(self) -> float | None:
@@ -173,9 +214,20 @@ class Drill:
         """`leakwatch check` over a phase, parsed from its own command line (the same code path)."""
         parser = argparse.ArgumentParser()
         add_check_arguments(parser)
-        args = parser.parse_args(["--prometheus", self.url("prometheus"), "--start", str(start), "--end", str(end),
-                                  "--step", f"{self.cfg.scrape_interval_s:g}s",
-                                  "--time-compression", f"{self.cfg.time_compression:g}"])
+        args = parser.parse_args(
+            [
+                "--prometheus",
+                self.url("prometheus"),
+                "--start",
+                str(start),
+                "--end",
+                str(end),
+                "--step",
+                f"{self.cfg.scrape_interval_s:g}s",
+                "--time-compression",
+                f"{self.cfg.time_compression:g}",
+            ]
+        )
         return run_check(args, start, end)
 
     def alertmanager_remediation_alerts(self) -> list[dict]:
@@ -183,24 +235,47 @@ class Drill:
         exactly as its webhook sends them."""
         try:
             am = self.url("alertmanager")
-            resp = requests.get(f"{am}/api/v2/alerts", timeout=10, auth=webauth.auth_for(am),
-                                params={"filter": self.remediation.remediation_matcher, "active": "true"})
+            resp = requests.get(
+                f"{am}/api/v2/alerts",
+                timeout=10,
+                auth=webauth.auth_for(am),
+                params={"filter": self.remediation.remediation_matcher, "active": "true"},
+            )
             resp.raise_for_status()
         except requests.RequestException:
             return []
-        return [{"status": "firing", "labels": a["labels"], "annotations": a.get("annotations", {}),
-                 "startsAt": a["startsAt"], "endsAt": a.get("endsAt", ""), "generatorURL": a.get("generatorURL", ""),
-                 "fingerprint": a["fingerprint"]} for a in resp.json()]
+        return [
+            {
+                "status": "firing",
+                "labels": a["labels"],
+                "annotations": a.get("annotations", {}),
+                "startsAt": a["startsAt"],
+                "endsAt": a.get("endsAt", ""),
+                "generatorURL": a.get("generatorURL", ""),
+                "fingerprint": a["fingerprint"],
+            }
+            for a in resp.json()
+        ]
 
     def repeat_notification(self) -> list[str]:
         """What Alertmanager's repeat_interval does: the same notification again. The healer must
         answer without a second restart."""
         token = (self.state / "secrets" / "healer-token").read_text().strip()
-        body = {"version": "4", "status": "firing", "receiver": "remediation", "groupKey": "drill-repeat",
-                "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": self.url("alertmanager"),
-                "truncatedAlerts": 0, "alerts": self.episode}
-        resp = requests.post(f"{self.url('healer')}/alerts", json=body, timeout=10,
-                             headers={"Authorization": f"Bearer {token}"})
+        body = {
+            "version": "4",
+            "status": "firing",
+            "receiver": "remediation",
+            "groupKey": "drill-repeat",
+            "groupLabels": {},
+            "commonLabels": {},
+            "commonAnnotations": {},
+            "externalURL": self.url("alertmanager"),
+            "truncatedAlerts": 0,
+            "alerts": self.episode,
+        }
+        resp = requests.post(
+            f"{self.url('healer')}/alerts", json=body, timeout=10, headers={"Authorization": f"Bearer {token}"}
+        )
         return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
 
     def vllm_pids(self, stack: NativeStack) -> list[int]:
@@ -222,21 +297,29 @@ class Drill:
         rules_dir = self.state / "conf" / "rules"
         write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s)
         # The production routing (the runner points its webhook at this stack's healer), time-scaled.
-        am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression,
-                                 repeat_s=5.0)
+        am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
         env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
         os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
         stack = DrillStack(layout, self.settings)
         stack.compression = cfg.time_compression
         cgroup = None
         try:
-            self.say(f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
-                     f"scrape every {cfg.scrape_interval_s:g}s)")
-            stack.up("demo", vllm_extra_args=["--middleware", MIDDLEWARE], rules_dir=rules_dir,
-                     alertmanager_config=am, out=io.StringIO(), vllm_extra_env={
-                         leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
-                         leak_middleware.PREFIX_ENV: "/v1/completions",
-                         leak_middleware.DEVICE_ENV: "auto"})
+            self.say(
+                f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
+                f"scrape every {cfg.scrape_interval_s:g}s)"
+            )
+            stack.up(
+                "demo",
+                vllm_extra_args=["--middleware", MIDDLEWARE],
+                rules_dir=rules_dir,
+                alertmanager_config=am,
+                out=io.StringIO(),
+                vllm_extra_env={
+                    leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
+                    leak_middleware.PREFIX_ENV: "/v1/completions",
+                    leak_middleware.DEVICE_ENV: "auto",
+                },
+            )
             self.warm_up()
             self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
 
@@ -254,8 +337,10 @@ class Drill:
             cgroup.adopt(pids)
             # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
             cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + cfg.cgroup_headroom_bytes)
-            self.say(f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
-                     f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage")
+            self.say(
+                f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
+                f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
+            )
             leak_start = time.time()
             proc = self.locust("completions", cfg.leak_span_s, "locust-leak")
             alert_at = remediation_at = restart_at = None
@@ -265,8 +350,9 @@ class Drill:
                 if firing and alert_at is None:
                     alert_at = time.time()
                     self.say(f"{LEAK_ALERT} firing after {alert_at - leak_start:.0f}s")
-                remediable = any(a["metric"].get(self.remediation.label_name) == self.remediation.label_value
-                                 for a in firing)
+                remediable = any(
+                    a["metric"].get(self.remediation.label_name) == self.remediation.label_value for a in firing
+                )
                 if remediable and remediation_at is None:
                     remediation_at = time.time()
                     self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
@@ -287,7 +373,9 @@ class Drill:
                 # The healer can act between two polls; Prometheus's history says when the twin fired.
                 remediation_at = self.first_firing(
                     f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing", {self.remediation.remediation_matcher}}}',
-                    leak_start, restart_at + 5)
+                    leak_start,
+                    restart_at + 5,
+                )
             res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
             if restart_at is None:
                 res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
@@ -335,8 +423,10 @@ class Drill:
             if now is not None and res.baseline_bytes is not None and now <= limit:
                 res.recovered_bytes = now
                 res.recover_s = time.time() - alert_at
-                self.say(f"API server memory back to {now / 2**20:.0f} MiB (before the leak: "
-                         f"{res.baseline_bytes / 2**20:.0f} MiB) {res.recover_s:.0f}s after the alert")
+                self.say(
+                    f"API server memory back to {now / 2**20:.0f} MiB (before the leak: "
+                    f"{res.baseline_bytes / 2**20:.0f} MiB) {res.recover_s:.0f}s after the alert"
+                )
                 break
             time.sleep(1)
         else:
@@ -357,9 +447,12 @@ class Drill:
             res.failures.append(f"repeated notifications got {sorted(set(replies))}")
         self.say(f"repeated the remediation notification {len(replies)} time(s): {sorted(set(replies))}")
         res.restarts = int(self.healer_metric("leakwatch_healer_restarts_total", result="success"))
-        res.notifications = int(sum(self.healer_metric("leakwatch_healer_alerts_total", decision=d)
-                                    for d in ("remediate", "duplicate", "handled_by_restart", "in_progress",
-                                              "cooldown", "rate_limited")))
+        res.notifications = int(
+            sum(
+                self.healer_metric("leakwatch_healer_alerts_total", decision=d)
+                for d in ("remediate", "duplicate", "handled_by_restart", "in_progress", "cooldown", "rate_limited")
+            )
+        )
         if res.restarts != 1:
             res.failures.append(f"{res.restarts} restarts; exactly one expected (restart storm?)")
 
@@ -367,16 +460,22 @@ class Drill:
         cfg, res = self.cfg, self.result
         res.control, res.leak = control.as_dict(), leak.as_dict()
         if control.verdict != "NO-LEAK":
-            res.failures.append(f"control phase verdict {control.verdict}, expected NO-LEAK: "
-                                + "; ".join(f"{r.series.key}: {r.reason}" for r in control.series))
+            res.failures.append(
+                f"control phase verdict {control.verdict}, expected NO-LEAK: "
+                + "; ".join(f"{r.series.key}: {r.reason}" for r in control.series)
+            )
         api = next((r for r in leak.series if r.series.key == "host/api_server"), None)
         if api is None or api.bytes_per_request.estimate is None or api.request_fit is None:
             res.failures.append("leak phase: no estimate for host/api_server")
             return
         res.estimate_bytes_per_request = api.bytes_per_request.estimate
-        res.estimate_error_pct = 100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
+        res.estimate_error_pct = (
+            100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
+        )
         if api.verdict != "LEAK":
             res.failures.append(f"leak phase: host/api_server verdict {api.verdict}: {api.reason}")
         if res.estimate_error_pct > 100 * cfg.max_estimate_error:
-            res.failures.append(f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
-                                f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}")
+            res.failures.append(
+                f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
+                f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}"
+            )

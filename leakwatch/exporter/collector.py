@@ -12,10 +12,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .cgroup import CgroupMemory, CgroupReader
@@ -89,7 +89,7 @@ class ExporterConfig:
 @dataclass
 class Snapshot:
     sample: Sample
-    discovered: bool                  # False when discovery itself failed this time
+    discovered: bool  # False when discovery itself failed this time
     tree: VllmTree | None
     host: HostReading | None
     cgroup: CgroupMemory | None
@@ -143,8 +143,12 @@ class VllmMemoryCollector:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable state file %s (%s); starting afresh", path, exc)
             return None
-        log.info("restored state from %s: %d restarts, baseline %s", path, self.derived.restarts,
-                 "kept" if self.derived.baseline else "none")
+        log.info(
+            "restored state from %s: %d restarts, baseline %s",
+            path,
+            self.derived.restarts,
+            "kept" if self.derived.baseline else "none",
+        )
         return state
 
     def _save_state(self) -> None:

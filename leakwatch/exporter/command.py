@@ -29,36 +29,80 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Port and address defaults come from config/stack.yaml (and their environment overrides) when
     # the command runs, not at import: `leakwatch --help` must not fail on a bad VLLM_PORT.
     where = parser.add_argument_group("where")
-    where.add_argument("--vllm-url", help="vLLM's base URL (default http://127.0.0.1:<vllm port from config/stack.yaml>)")
-    where.add_argument("--vllm-listen-port", type=int,
-                       help="the port vLLM listens on in its own network namespace, when it differs from "
-                            "the URL's (e.g. a published container port); finds the API server process")
+    where.add_argument(
+        "--vllm-url", help="vLLM's base URL (default http://127.0.0.1:<vllm port from config/stack.yaml>)"
+    )
+    where.add_argument(
+        "--vllm-listen-port",
+        type=int,
+        help="the port vLLM listens on in its own network namespace, when it differs from "
+        "the URL's (e.g. a published container port); finds the API server process",
+    )
     where.add_argument("--listen-address", help="address to serve /metrics on (default: BIND_ADDRESS or 127.0.0.1)")
     where.add_argument("--port", type=int, help="port to serve /metrics on (default: LEAKWATCH_EXPORTER_PORT or 9405)")
     where.add_argument("--proc-root", default="/proc", help="procfs to read (default /proc)")
     where.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup filesystem (default /sys/fs/cgroup)")
-    where.add_argument("--state-file", type=Path,
-                       help="keep the restart count and the baseline here across exporter restarts "
-                            "(default: in memory only)")
-    where.add_argument("--title-prefix", default=os.environ.get("VLLM_PROCESS_NAME_PREFIX") or DEFAULT_TITLE_PREFIX,
-                       help="vLLM's process title prefix (its VLLM_PROCESS_NAME_PREFIX; default VLLM)")
+    where.add_argument(
+        "--state-file",
+        type=Path,
+        help="keep the restart count and the baseline here across exporter restarts (default: in memory only)",
+    )
+    where.add_argument(
+        "--title-prefix",
+        default=os.environ.get("VLLM_PROCESS_NAME_PREFIX") or DEFAULT_TITLE_PREFIX,
+        help="vLLM's process title prefix (its VLLM_PROCESS_NAME_PREFIX; default VLLM)",
+    )
 
     tuning = parser.add_argument_group("baseline and retention (docs/exporter.md)")
-    tuning.add_argument("--warmup-requests", type=int, default=10,
-                        help="requests vLLM must have served since it started before the baseline (default 10)")
-    tuning.add_argument("--baseline-idle-wait", type=float, default=60.0, metavar="SECONDS",
-                        help="after warm-up, wait at most this long for an idle moment to take the baseline (default 60)")
-    tuning.add_argument("--retention-idle", type=float, default=30.0, metavar="SECONDS",
-                        help="idle time after a burst before its retention ratio is computed (default 30)")
-    tuning.add_argument("--retention-min-gain", type=float, default=8.0, metavar="MIB",
-                        help="bursts that gained less memory than this leave the ratio unchanged (default 8 MiB)")
-    tuning.add_argument("--sample-interval", type=float, default=5.0, metavar="SECONDS",
-                        help="sample this often between scrapes, to see bursts and idle periods (default 5)")
-    tuning.add_argument("--smaps-interval", type=float, default=60.0, metavar="SECONDS",
-                        help="re-read USS/PSS (smaps_rollup, the costly read) at most this often per process; "
-                             "0 = every scrape (default 60)")
-    tuning.add_argument("--vllm-timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="timeout for vLLM's /metrics and /health (default 5)")
+    tuning.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=10,
+        help="requests vLLM must have served since it started before the baseline (default 10)",
+    )
+    tuning.add_argument(
+        "--baseline-idle-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="after warm-up, wait at most this long for an idle moment to take the baseline (default 60)",
+    )
+    tuning.add_argument(
+        "--retention-idle",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="idle time after a burst before its retention ratio is computed (default 30)",
+    )
+    tuning.add_argument(
+        "--retention-min-gain",
+        type=float,
+        default=8.0,
+        metavar="MIB",
+        help="bursts that gained less memory than this leave the ratio unchanged (default 8 MiB)",
+    )
+    tuning.add_argument(
+        "--sample-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="sample this often between scrapes, to see bursts and idle periods (default 5)",
+    )
+    tuning.add_argument(
+        "--smaps-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="re-read USS/PSS (smaps_rollup, the costly read) at most this often per process; "
+        "0 = every scrape (default 60)",
+    )
+    tuning.add_argument(
+        "--vllm-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="timeout for vLLM's /metrics and /health (default 5)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -72,8 +116,12 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
     _check(vllm_url.startswith(("http://", "https://")), f"--vllm-url {vllm_url!r} must start with http:// or https://")
     _check(args.warmup_requests >= 0, f"--warmup-requests {args.warmup_requests} must be >= 0")
-    for flag, value in (("--baseline-idle-wait", args.baseline_idle_wait), ("--retention-idle", args.retention_idle),
-                        ("--retention-min-gain", args.retention_min_gain), ("--smaps-interval", args.smaps_interval)):
+    for flag, value in (
+        ("--baseline-idle-wait", args.baseline_idle_wait),
+        ("--retention-idle", args.retention_idle),
+        ("--retention-min-gain", args.retention_min_gain),
+        ("--smaps-interval", args.smaps_interval),
+    ):
         _check(value >= 0, f"{flag} {value} must be >= 0")
     for flag, value in (("--sample-interval", args.sample_interval), ("--vllm-timeout", args.vllm_timeout)):
         _check(value > 0, f"{flag} {value} must be > 0")
@@ -81,7 +129,10 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         _check(1 <= args.vllm_listen_port <= 65535, f"--vllm-listen-port {args.vllm_listen_port} is outside 1-65535")
     _check(os.path.isdir(args.proc_root), f"--proc-root {args.proc_root} is not a directory")
     if args.state_file is not None:
-        _check(args.state_file.parent.is_dir(), f"--state-file {args.state_file}: {args.state_file.parent} is not a directory")
+        _check(
+            args.state_file.parent.is_dir(),
+            f"--state-file {args.state_file}: {args.state_file.parent} is not a directory",
+        )
     config = ExporterConfig(
         vllm_url=vllm_url,
         vllm_listen_port=args.vllm_listen_port,
@@ -122,8 +173,15 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     sampler = Sampler(collector, args.sample_interval).start()
     gpu = "GPU via NVML" if collector.gpu.available else f"no GPU ({collector.gpu.unavailable_reason})"
-    log.info("serving http://%s:%d/metrics (health %s) for vLLM at %s (API server on port %d); %s",
-             address, port, HEALTH_PATH, config.vllm_url, config.listen_port, gpu)
+    log.info(
+        "serving http://%s:%d/metrics (health %s) for vLLM at %s (API server on port %d); %s",
+        address,
+        port,
+        HEALTH_PATH,
+        config.vllm_url,
+        config.listen_port,
+        gpu,
+    )
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -37,11 +37,11 @@ MemoryKey = tuple[str, str]  # ("host", role) or ("gpu", device index)
 @dataclass(frozen=True)
 class Sample:
     time: float
-    identity: tuple[int, int] | None   # the vLLM API server process; None when none was found
-    vllm: VllmStats | None             # None when vLLM's /metrics could not be read
+    identity: tuple[int, int] | None  # the vLLM API server process; None when none was found
+    vllm: VllmStats | None  # None when vLLM's /metrics could not be read
     healthy: bool
-    host: dict[str, int] | None        # role -> RSS + swap; None when unreadable this time
-    gpu: dict[str, int] | None         # device -> used bytes; None without GPU or unreadable
+    host: dict[str, int] | None  # role -> RSS + swap; None when unreadable this time
+    gpu: dict[str, int] | None  # device -> used bytes; None without GPU or unreadable
 
     def memory(self) -> dict[MemoryKey, int]:
         values = {("host", role): value for role, value in (self.host or {}).items()}

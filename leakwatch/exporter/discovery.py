@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .procfs import ProcessGone, ProcFS
 
@@ -52,7 +52,7 @@ def classify(title: str, prefix: str = DEFAULT_TITLE_PREFIX) -> tuple[str, str]:
     head = title.split(" ", 1)[0]
     if not head.startswith(f"{prefix}::"):
         return "other", ""  # e.g. multiprocessing's resource tracker
-    name = head[len(prefix) + 2:]
+    name = head[len(prefix) + 2 :]
     if name.startswith("EngineCore"):
         return "engine_core", ""
     if name.startswith("APIServer"):

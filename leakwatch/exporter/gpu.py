@@ -13,9 +13,9 @@ the per-device ones still work.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from .discovery import VllmTree
 
@@ -32,7 +32,7 @@ def import_pynvml():
 
 @dataclass
 class GpuReading:
-    used: dict[str, int] = field(default_factory=dict)     # gpu index -> bytes in use
+    used: dict[str, int] = field(default_factory=dict)  # gpu index -> bytes in use
     total: dict[str, int] = field(default_factory=dict)
     process: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (gpu, role, rank) -> bytes
 

@@ -58,7 +58,7 @@ class ProcFS:
     def stat(self, pid: int) -> ProcStat:
         text = self._read(pid, "stat")
         # The command name (field 2) sits in parentheses and may itself contain spaces and ')'.
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         return ProcStat(pid=pid, ppid=int(fields[1]), starttime=int(fields[19]))
 
     def title(self, pid: int) -> str:

@@ -16,9 +16,9 @@ IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 @dataclass(frozen=True)
 class VllmStats:
-    series: int              # sample lines: the cardinality of vLLM's /metrics
-    requests_served: float   # sum over engines, models and finish reasons
-    in_flight: float         # running + waiting
+    series: int  # sample lines: the cardinality of vLLM's /metrics
+    requests_served: float  # sum over engines, models and finish reasons
+    in_flight: float  # running + waiting
 
 
 def parse_metrics(text: str) -> VllmStats:
@@ -37,7 +37,7 @@ def parse_metrics(text: str) -> VllmStats:
         if name != REQUESTS_SERVED and name not in IN_FLIGHT:
             continue
         # The value follows the label set (whose values may contain spaces); a timestamp may follow it.
-        rest = line[line.rindex("}") + 1:] if "{" in line else line[end:]
+        rest = line[line.rindex("}") + 1 :] if "{" in line else line[end:]
         value = float(rest.split()[0])
         if name == REQUESTS_SERVED:
             served += value

@@ -29,14 +29,25 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
             "repeat_interval": "4h",
             "routes": [
                 # The always-firing Watchdog proves the pipeline works: to a dead man's switch only.
-                {"matchers": ['alertname="Watchdog"'], "receiver": "heartbeat", "group_wait": "0s",
-                 "group_interval": "1m", "repeat_interval": "5m"},
+                {
+                    "matchers": ['alertname="Watchdog"'],
+                    "receiver": "heartbeat",
+                    "group_wait": "0s",
+                    "group_interval": "1m",
+                    "repeat_interval": "5m",
+                },
                 # Alerts meant for automatic remediation go to the healer first and, with
                 # `continue`, on to the people below.
                 # The same allowlist the healer enforces (config/healer.yaml), so the two cannot disagree.
-                {"matchers": healer_config.load().route_matchers, "receiver": "remediation", "continue": True,
-                 "group_by": ["alertname", "instance", "gpu", "role", "rank"],
-                 "group_wait": "10s", "group_interval": "1m", "repeat_interval": "30m"},
+                {
+                    "matchers": healer_config.load().route_matchers,
+                    "receiver": "remediation",
+                    "continue": True,
+                    "group_by": ["alertname", "instance", "gpu", "role", "rank"],
+                    "group_wait": "10s",
+                    "group_interval": "1m",
+                    "repeat_interval": "30m",
+                },
                 {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},
             ],
         },
@@ -48,18 +59,23 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
             {"name": "heartbeat"},
             {
                 "name": "remediation",
-                "webhook_configs": [{
-                    "url": healer_url,
-                    # The healer acts on firing alerts; it needs no resolved notifications.
-                    "send_resolved": False,
-                    "http_config": {"authorization": {"type": "Bearer", "credentials_file": healer_token_file}},
-                }],
+                "webhook_configs": [
+                    {
+                        "url": healer_url,
+                        # The healer acts on firing alerts; it needs no resolved notifications.
+                        "send_resolved": False,
+                        "http_config": {"authorization": {"type": "Bearer", "credentials_file": healer_token_file}},
+                    }
+                ],
             },
         ],
         "inhibit_rules": [
             # A critical alert silences its warning twin (same name, same target).
-            {"source_matchers": ['severity="critical"'], "target_matchers": ['severity="warning"'],
-             "equal": IDENTITY_LABELS},
+            {
+                "source_matchers": ['severity="critical"'],
+                "target_matchers": ['severity="warning"'],
+                "equal": IDENTITY_LABELS,
+            },
         ],
     }
 

@@ -7,15 +7,13 @@ and the other services reach whichever model is selected by one name.
 
 from __future__ import annotations
 
-from .. import __version__
-from .. import profiles as model_profiles
+from .. import __version__, profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..exporter.server import HEALTH_PATH
 from ..settings import StackSettings, load as load_settings
 from ..topology import COMPOSE_HOSTS, compose_jobs
-from . import compose_healer
+from . import compose_healer, compose_webauth
 from .compose_healer import vllm_labels
-from . import compose_webauth
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -48,11 +46,7 @@ def _http_check(url: str, tool: str = "wget") -> dict:
 
 
 def _gpu_reservation(count: int | str) -> dict:
-    return {
-        "resources": {
-            "reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}
-        }
-    }
+    return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
 
 
 def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> tuple[dict, dict]:
@@ -78,8 +72,13 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
             "image": settings.service("vllm").image,
             "profiles": [profile.name],
             "entrypoint": [
-                "python3", "-m", model_profiles.CONVERTERS[convert["tool"]],
-                profile.model["id"], model_path, "--revision", profile.model["revision"],
+                "python3",
+                "-m",
+                model_profiles.CONVERTERS[convert["tool"]],
+                profile.model["id"],
+                model_path,
+                "--revision",
+                profile.model["revision"],
             ],
             "environment": {"PYTHONPATH": SOURCE_DIR, "HF_TOKEN": "${HF_TOKEN:-}"},
             "volumes": [f".:{SOURCE_DIR}:ro", f"models:{MODELS_DIR}", "hf-cache:/root/.cache/huggingface"],
@@ -90,8 +89,8 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
     service: dict = {
         "image": image,
         "profiles": [profile.name],
-        "command": model_profiles.vllm_engine_args(profile, model_path) + [
-            "--host", "0.0.0.0", "--port", str(port), "--shutdown-timeout", str(shutdown_timeout)],
+        "command": model_profiles.vllm_engine_args(profile, model_path)
+        + ["--host", "0.0.0.0", "--port", str(port), "--shutdown-timeout", str(shutdown_timeout)],
         # The healer finds the one vLLM container by this label (through the socket proxy).
         "labels": vllm_labels(),
         # SIGTERM, vLLM drains for --shutdown-timeout, then Docker's SIGKILL.
@@ -139,12 +138,16 @@ def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) 
         **leakwatch_image(settings),
         "profiles": [profile.name],
         "command": [
-            "--vllm-url", f"http://vllm:{settings.service('vllm').default_port}",
-            "--listen-address", "0.0.0.0",
-            "--port", str(port),
+            "--vllm-url",
+            f"http://vllm:{settings.service('vllm').default_port}",
+            "--listen-address",
+            "0.0.0.0",
+            "--port",
+            str(port),
             # A vLLM container restart ends its PID namespace and so this exporter too: the state
             # file carries the restart count and the baseline over.
-            "--state-file", f"{EXPORTER_STATE_DIR}/exporter-{profile.name}.json",
+            "--state-file",
+            f"{EXPORTER_STATE_DIR}/exporter-{profile.name}.json",
         ],
         "volumes": [f"leakwatch-state:{EXPORTER_STATE_DIR}"],
         "pid": f"service:vllm-{profile.name}",
@@ -204,7 +207,10 @@ def compose_document(settings: StackSettings | None = None) -> dict:
         },
         "node-exporter": {
             "image": settings.service("node_exporter").image,
-            "command": ["--path.rootfs=/host", f"--web.listen-address=:{settings.service('node_exporter').default_port}"],
+            "command": [
+                "--path.rootfs=/host",
+                f"--web.listen-address=:{settings.service('node_exporter').default_port}",
+            ],
             "pid": "host",
             "volumes": ["/:/host:ro,rslave"],
             "ports": [_port(settings, "node_exporter")],
@@ -259,8 +265,16 @@ def compose_document(settings: StackSettings | None = None) -> dict:
         "secrets": {**compose_healer.secrets(), **compose_webauth.secrets()},
         "volumes": {
             name: {}
-            for name in ("prometheus-data", "alertmanager-data", "grafana-data", "hf-cache", "vllm-cache", "models",
-                         "leakwatch-state", "healer-data")
+            for name in (
+                "prometheus-data",
+                "alertmanager-data",
+                "grafana-data",
+                "hf-cache",
+                "vllm-cache",
+                "models",
+                "leakwatch-state",
+                "healer-data",
+            )
         },
     }
 

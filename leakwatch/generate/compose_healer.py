@@ -14,13 +14,13 @@ from ..settings import StackSettings
 from . import socket_proxy
 
 SECRET = "healer_token"
-SECRET_FILE = "./secrets/healer-token"   # created by `make up` (compose runner), git-ignored
+SECRET_FILE = "./secrets/healer-token"  # created by `make up` (compose runner), git-ignored
 SECRET_PATH = f"/run/secrets/{SECRET}"
 PROXY_NETWORK = "docker-api"
 PROXY_HOST = "docker-socket-proxy"
 STATE_DIR = "/var/lib/leakwatch-healer"
 
-PROJECT = "leakwatch"   # compose.yaml's `name:`; the proxy's rules and the healer's lookup use it
+PROJECT = "leakwatch"  # compose.yaml's `name:`; the proxy's rules and the healer's lookup use it
 PROXY_CONFIG_FILE = REPO_ROOT / "docker" / "socket-proxy" / "haproxy.cfg"
 # The engine's socket on the host; a private engine (the tests' dockerd) names its own.
 DOCKER_SOCKET = "${DOCKER_SOCKET:-/var/run/docker.sock}"
@@ -39,12 +39,24 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
             **image,
             "entrypoint": ["leakwatch", "heal"],
             "command": [
-                "--listen", "0.0.0.0", "--port", str(port),
-                "--token-file", SECRET_PATH,
-                "--restarter", "docker", "--docker-url", f"http://{PROXY_HOST}:{proxy_port}",
-                "--container-label", VLLM_CONTAINER_LABEL, "--compose-project", PROJECT,
-                "--vllm-url", f"http://vllm:{settings.service('vllm').default_port}",
-                "--state-file", f"{STATE_DIR}/state.json",
+                "--listen",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--token-file",
+                SECRET_PATH,
+                "--restarter",
+                "docker",
+                "--docker-url",
+                f"http://{PROXY_HOST}:{proxy_port}",
+                "--container-label",
+                VLLM_CONTAINER_LABEL,
+                "--compose-project",
+                PROJECT,
+                "--vllm-url",
+                f"http://vllm:{settings.service('vllm').default_port}",
+                "--state-file",
+                f"{STATE_DIR}/state.json",
             ],
             "secrets": [SECRET],
             "volumes": [f"healer-data:{STATE_DIR}"],
@@ -73,8 +85,13 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
             "read_only": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
-            "healthcheck": {"test": ["CMD", "haproxy", "-c", "-q", "-f", socket_proxy.CONFIG_PATH],
-                            "interval": "15s", "timeout": "5s", "retries": 5, "start_period": "10s"},
+            "healthcheck": {
+                "test": ["CMD", "haproxy", "-c", "-q", "-f", socket_proxy.CONFIG_PATH],
+                "interval": "15s",
+                "timeout": "5s",
+                "retries": 5,
+                "start_period": "10s",
+            },
             "restart": "unless-stopped",
         },
     }

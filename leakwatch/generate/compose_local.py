@@ -39,6 +39,10 @@ def local_override(settings: StackSettings, compose_doc: dict) -> dict:
             services[name] = {"image": built["leakwatch"].tag, "pull_policy": "never"}
     cpu_profiles = {p.name for p in map(model_profiles.load, model_profiles.available()) if not p.needs_gpu}
     # GPU profiles keep their official images: they cannot run on a machine without a GPU anyway.
-    return {"services": {name: svc for name, svc in services.items()
-                         if set(compose_doc["services"][name].get("profiles", [])) <= cpu_profiles or
-                         name == "grafana"}}
+    return {
+        "services": {
+            name: svc
+            for name, svc in services.items()
+            if set(compose_doc["services"][name].get("profiles", [])) <= cpu_profiles or name == "grafana"
+        }
+    }

@@ -16,8 +16,10 @@ GRAFANA_PASSWORD_ENV = "GF_LEAKWATCH_WEB_PASSWORD"
 
 
 def secrets() -> dict:
-    return {WEB_CONFIG_SECRET: {"file": f"{SECRETS_DIR}/{webauth.WEB_CONFIG_FILE}"},
-            PASSWORD_SECRET: {"file": f"{SECRETS_DIR}/{webauth.PASSWORD_FILE}"}}
+    return {
+        WEB_CONFIG_SECRET: {"file": f"{SECRETS_DIR}/{webauth.WEB_CONFIG_FILE}"},
+        PASSWORD_SECRET: {"file": f"{SECRETS_DIR}/{webauth.PASSWORD_FILE}"},
+    }
 
 
 def basic_auth() -> dict:
@@ -28,8 +30,13 @@ def basic_auth() -> dict:
 def _login_check(port: int, path: str) -> dict:
     # The password is URL-safe (secrets.token_urlsafe), so it can sit in the URL busybox's wget reads.
     url = f"http://{webauth.USER}:$$(cat {PASSWORD_PATH})@localhost:{port}{path}"
-    return {"test": ["CMD-SHELL", f'wget -q -O /dev/null "{url}"'], "interval": "15s", "timeout": "5s",
-            "retries": 5, "start_period": "30s"}
+    return {
+        "test": ["CMD-SHELL", f'wget -q -O /dev/null "{url}"'],
+        "interval": "15s",
+        "timeout": "5s",
+        "retries": 5,
+        "start_period": "30s",
+    }
 
 
 def apply(services: dict, prometheus_port: int, alertmanager_port: int) -> None:
@@ -47,5 +54,8 @@ def apply(services: dict, prometheus_port: int, alertmanager_port: int) -> None:
 
 def grafana_auth() -> dict:
     """The keys a provisioned Grafana data source needs to log in to Prometheus or Alertmanager."""
-    return {"basicAuth": True, "basicAuthUser": webauth.USER,
-            "secureJsonData": {"basicAuthPassword": f"${{{GRAFANA_PASSWORD_ENV}}}"}}
+    return {
+        "basicAuth": True,
+        "basicAuthUser": webauth.USER,
+        "secureJsonData": {"basicAuthPassword": f"${{{GRAFANA_PASSWORD_ENV}}}"},
+    }

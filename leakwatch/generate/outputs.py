@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from ..paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
 from ..settings import load as load_settings
 from . import yamlfmt
 from .alertmanager_config import compose_alertmanager_config
-from .compose import HEADER as COMPOSE_HEADER
-from .compose import compose_document, compose_prometheus_config
-from .compose_local import HEADER as COMPOSE_LOCAL_HEADER
-from .compose_local import local_override
+from .compose import HEADER as COMPOSE_HEADER, compose_document, compose_prometheus_config
 from .compose_healer import PROJECT, PROXY_CONFIG_FILE
+from .compose_local import HEADER as COMPOSE_LOCAL_HEADER, local_override
 from .socket_proxy import haproxy_config
 
 PROMETHEUS_HEADER = """\
@@ -39,10 +37,12 @@ def outputs() -> dict[Path, Callable[[], str]]:
     files = {
         REPO_ROOT / "compose.yaml": lambda: yamlfmt.dump(compose_document(), COMPOSE_HEADER),
         REPO_ROOT / "compose.local.yaml": lambda: yamlfmt.dump(
-            local_override(load_settings(), compose_document()), COMPOSE_LOCAL_HEADER),
+            local_override(load_settings(), compose_document()), COMPOSE_LOCAL_HEADER
+        ),
         PROMETHEUS_DIR / "prometheus.yml": lambda: yamlfmt.dump(compose_prometheus_config(), PROMETHEUS_HEADER),
         ALERTMANAGER_DIR / "alertmanager.yml": lambda: yamlfmt.dump(
-            compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER),
+            compose_alertmanager_config(load_settings()), ALERTMANAGER_HEADER
+        ),
         PROXY_CONFIG_FILE: lambda: haproxy_config(load_settings(), PROJECT),
         **grafana_files(),
         **helm_chart_files(),
@@ -61,8 +61,10 @@ def stale_files() -> list[tuple[Path, str]]:
         if want != have:
             diff = "".join(
                 difflib.unified_diff(
-                    have.splitlines(True), want.splitlines(True),
-                    f"{path.relative_to(REPO_ROOT)} (committed)", f"{path.relative_to(REPO_ROOT)} (generated)",
+                    have.splitlines(True),
+                    want.splitlines(True),
+                    f"{path.relative_to(REPO_ROOT)} (committed)",
+                    f"{path.relative_to(REPO_ROOT)} (generated)",
                 )
             )
             stale.append((path, diff))

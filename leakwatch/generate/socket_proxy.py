@@ -21,7 +21,7 @@ from .. import profiles as model_profiles
 from ..heal.command import VLLM_CONTAINER_LABEL
 from ..settings import StackSettings
 
-CONFIG_PATH = "/usr/local/etc/haproxy/haproxy.cfg"   # where the official haproxy image reads it
+CONFIG_PATH = "/usr/local/etc/haproxy/haproxy.cfg"  # where the official haproxy image reads it
 SOCKET_IN_CONTAINER = "/var/run/docker.sock"
 API_VERSION_PREFIX = r"(/v1\.[0-9]+)?"
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"

@@ -18,8 +18,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
-from . import config as heal_config
-from . import token as heal_token
+from . import config as heal_config, token as heal_token
 from .metrics import HealerMetrics
 from .policy import Policy
 from .restarters import DockerRestarter, SupervisorRestarter
@@ -31,46 +30,109 @@ VLLM_CONTAINER_LABEL = "io.leakwatch.role=vllm"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings = load_settings()
-    parser.add_argument("--listen", default=None, metavar="ADDRESS",
-                        help="address to bind (default: $BIND_ADDRESS or 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=None,
-                        help=f"port (default: ${settings.service('healer').port_env} or "
-                             f"{settings.service('healer').default_port})")
-    parser.add_argument("--token-file", default=None, metavar="FILE",
-                        help=f"file holding the bearer token (default: ${heal_token.TOKEN_ENV})")
-    parser.add_argument("--restarter", choices=["supervisor", "docker", "kubernetes"], default="supervisor",
-                        help="how to restart vLLM: supervisord natively (default), the Docker API, or "
-                             "evicting the alert's pod (Kubernetes)")
-    parser.add_argument("--supervisor-socket", default=None, metavar="PATH",
-                        help="supervisord's unix socket (default: the native stack's)")
+    parser.add_argument(
+        "--listen", default=None, metavar="ADDRESS", help="address to bind (default: $BIND_ADDRESS or 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port (default: ${settings.service('healer').port_env} or {settings.service('healer').default_port})",
+    )
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        metavar="FILE",
+        help=f"file holding the bearer token (default: ${heal_token.TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--restarter",
+        choices=["supervisor", "docker", "kubernetes"],
+        default="supervisor",
+        help="how to restart vLLM: supervisord natively (default), the Docker API, or "
+        "evicting the alert's pod (Kubernetes)",
+    )
+    parser.add_argument(
+        "--supervisor-socket",
+        default=None,
+        metavar="PATH",
+        help="supervisord's unix socket (default: the native stack's)",
+    )
     parser.add_argument("--program", default="vllm", help="supervisord program to restart (default vllm)")
-    parser.add_argument("--docker-url", default="http://docker-socket-proxy:2375", metavar="URL",
-                        help="Docker API through the socket proxy (default http://docker-socket-proxy:2375)")
-    parser.add_argument("--container-label", default=VLLM_CONTAINER_LABEL, metavar="KEY=VALUE",
-                        help=f"label of the vLLM container (default {VLLM_CONTAINER_LABEL})")
-    parser.add_argument("--compose-project", default="leakwatch", metavar="NAME",
-                        help="compose project whose vLLM container is restarted (default leakwatch)")
-    parser.add_argument("--vllm-url", default=None, metavar="URL",
-                        help="vLLM's base URL for /metrics and /health (default: the stack's vLLM)")
-    parser.add_argument("--state-file", default=None, metavar="FILE",
-                        help="where cooldown, restarts of the last hour and handled alerts persist across healer "
-                             "restarts (both runners pass one; without it a restarted healer forgets its cap)")
-    parser.add_argument("--target", action="append", default=[], metavar="JOB=INSTANCE",
-                        help="an instance of a job in config/healer.yaml remediable.jobs this healer is responsible "
-                             "for (repeatable); alerts of that job about other instances are refused")
-    parser.add_argument("--remediable-job", action="append", default=[], metavar="JOB",
-                        help="replaces config/healer.yaml remediable.jobs (repeatable): for deployments whose scrape "
-                             "jobs have other names, e.g. the Helm chart's")
-    parser.add_argument("--config", default=str(heal_config.CONFIG_FILE), metavar="FILE",
-                        help="policy file (default config/healer.yaml)")
+    parser.add_argument(
+        "--docker-url",
+        default="http://docker-socket-proxy:2375",
+        metavar="URL",
+        help="Docker API through the socket proxy (default http://docker-socket-proxy:2375)",
+    )
+    parser.add_argument(
+        "--container-label",
+        default=VLLM_CONTAINER_LABEL,
+        metavar="KEY=VALUE",
+        help=f"label of the vLLM container (default {VLLM_CONTAINER_LABEL})",
+    )
+    parser.add_argument(
+        "--compose-project",
+        default="leakwatch",
+        metavar="NAME",
+        help="compose project whose vLLM container is restarted (default leakwatch)",
+    )
+    parser.add_argument(
+        "--vllm-url",
+        default=None,
+        metavar="URL",
+        help="vLLM's base URL for /metrics and /health (default: the stack's vLLM)",
+    )
+    parser.add_argument(
+        "--state-file",
+        default=None,
+        metavar="FILE",
+        help="where cooldown, restarts of the last hour and handled alerts persist across healer "
+        "restarts (both runners pass one; without it a restarted healer forgets its cap)",
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="JOB=INSTANCE",
+        help="an instance of a job in config/healer.yaml remediable.jobs this healer is responsible "
+        "for (repeatable); alerts of that job about other instances are refused",
+    )
+    parser.add_argument(
+        "--remediable-job",
+        action="append",
+        default=[],
+        metavar="JOB",
+        help="replaces config/healer.yaml remediable.jobs (repeatable): for deployments whose scrape "
+        "jobs have other names, e.g. the Helm chart's",
+    )
+    parser.add_argument(
+        "--config",
+        default=str(heal_config.CONFIG_FILE),
+        metavar="FILE",
+        help="policy file (default config/healer.yaml)",
+    )
     kube = parser.add_argument_group("kubernetes restarter (docs/kubernetes.md)")
     kube.add_argument("--namespace", default=None, help="namespace of the vLLM pods (the only one the healer acts in)")
-    kube.add_argument("--model-label", default=None, metavar="KEY",
-                      help="pod label every vLLM pod carries; other pods are never evicted")
-    kube.add_argument("--eviction-retries", type=int, default=5,
-                      help="retries of an eviction a PodDisruptionBudget refuses (429), default 5")
-    kube.add_argument("--eviction-retry-interval", type=float, default=30.0, metavar="SECONDS",
-                      help="seconds between those retries (default 30)")
+    kube.add_argument(
+        "--model-label",
+        default=None,
+        metavar="KEY",
+        help="pod label every vLLM pod carries; other pods are never evicted",
+    )
+    kube.add_argument(
+        "--eviction-retries",
+        type=int,
+        default=5,
+        help="retries of an eviction a PodDisruptionBudget refuses (429), default 5",
+    )
+    kube.add_argument(
+        "--eviction-retry-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between those retries (default 30)",
+    )
 
 
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
@@ -92,8 +154,11 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     else:
         # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30
-        restarter = SupervisorRestarter(Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
-                                        args.program, stop_timeout_s=stop_timeout)
+        restarter = SupervisorRestarter(
+            Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
+            args.program,
+            stop_timeout_s=stop_timeout,
+        )
     state_file = Path(args.state_file) if args.state_file else None
     if state_file:
         state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +166,9 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
         logging.getLogger("leakwatch.heal").warning(
             "WARNING: no --state-file: the cooldown, the cap of %d restarts per hour and the handled episodes "
             "live in memory only and are forgotten when the healer restarts (a restart storm across healer "
-            "restarts); both runners pass one", cfg.max_restarts_per_hour)
+            "restarts); both runners pass one",
+            cfg.max_restarts_per_hour,
+        )
     metrics = HealerMetrics()
     if probe is not None:
         restarter.on_refused = _refusal_counter(metrics)
@@ -114,8 +181,9 @@ def _kubernetes_restarter(args: argparse.Namespace):
 
     if not args.namespace or not args.model_label:
         raise LeakwatchError("--restarter kubernetes needs --namespace and --model-label")
-    restarter = KubernetesRestarter.in_cluster(args.namespace, args.model_label, retries=args.eviction_retries,
-                                               retry_interval_s=args.eviction_retry_interval)
+    restarter = KubernetesRestarter.in_cluster(
+        args.namespace, args.model_label, retries=args.eviction_retries, retry_interval_s=args.eviction_retry_interval
+    )
     return restarter, restarter
 
 
@@ -126,8 +194,9 @@ def _refusal_counter(metrics: HealerMetrics):
     from .kubernetes_restarter import EVICTION_REFUSALS_METRIC, METRICS_CSV
 
     row = load_csv(METRICS_CSV)[EVICTION_REFUSALS_METRIC]
-    counter = Counter(EVICTION_REFUSALS_METRIC.removesuffix("_total"), row["help"], row["labels"],
-                      registry=metrics.registry)
+    counter = Counter(
+        EVICTION_REFUSALS_METRIC.removesuffix("_total"), row["help"], row["labels"], registry=metrics.registry
+    )
     return counter.inc
 
 
@@ -145,9 +214,16 @@ def run(args: argparse.Namespace) -> int:
     # shutdown() waits for serve_forever() to return, so it must run outside the signal handler's thread.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     logging.getLogger("leakwatch.heal").info(
-        "healer listening on http://%s:%d%s (restarts %s; label %s=%s, cooldown %.0fs, at most %d/h)", host, port,
-        WEBHOOK_PATH, healer.restarter.describe(), healer.cfg.label_name, healer.cfg.label_value,
-        healer.cfg.cooldown_s, healer.cfg.max_restarts_per_hour)
+        "healer listening on http://%s:%d%s (restarts %s; label %s=%s, cooldown %.0fs, at most %d/h)",
+        host,
+        port,
+        WEBHOOK_PATH,
+        healer.restarter.describe(),
+        healer.cfg.label_name,
+        healer.cfg.label_value,
+        healer.cfg.cooldown_s,
+        healer.cfg.max_restarts_per_hour,
+    )
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

@@ -24,8 +24,8 @@ class HealerConfig:
     ready_timeout_s: float
     max_body_bytes: int
     max_alerts: int
-    alerts: tuple[str, ...] = ()          # alert names the healer may act on
-    jobs: tuple[str, ...] = ()            # jobs (the `job` label) those alerts must be about
+    alerts: tuple[str, ...] = ()  # alert names the healer may act on
+    jobs: tuple[str, ...] = ()  # jobs (the `job` label) those alerts must be about
     # job -> instances this healer is responsible for (`leakwatch heal --target JOB=INSTANCE`);
     # a job not named here is not checked on instance.
     targets: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -38,8 +38,11 @@ class HealerConfig:
     @property
     def route_matchers(self) -> list[str]:
         """Every matcher of Alertmanager's route to the healer: the label, the names, the jobs."""
-        return [self.remediation_matcher, f'alertname=~"{"|".join(sorted(self.alerts))}"',
-                f'job=~"{"|".join(sorted(self.jobs))}"']
+        return [
+            self.remediation_matcher,
+            f'alertname=~"{"|".join(sorted(self.alerts))}"',
+            f'job=~"{"|".join(sorted(self.jobs))}"',
+        ]
 
     def refusal(self, labels: dict[str, str]) -> str | None:
         """Why a firing alert with these labels may not restart vLLM, or None when it may."""

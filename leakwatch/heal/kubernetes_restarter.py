@@ -34,10 +34,19 @@ class KubernetesRestarter:
 
     acts_on_alert = True
 
-    def __init__(self, api, namespace: str, model_label: str, retries: int = 5, retry_interval_s: float = 30.0,
-                 gone_timeout_s: float = 600.0, poll_s: float = 2.0, on_refused: Callable[[], None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.api = api                  # kubernetes.client.CoreV1Api
+    def __init__(
+        self,
+        api,
+        namespace: str,
+        model_label: str,
+        retries: int = 5,
+        retry_interval_s: float = 30.0,
+        gone_timeout_s: float = 600.0,
+        poll_s: float = 2.0,
+        on_refused: Callable[[], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.api = api  # kubernetes.client.CoreV1Api
         self.namespace = namespace
         self.model_label = model_label
         self.retries = int(retries)
@@ -47,7 +56,7 @@ class KubernetesRestarter:
         self.on_refused = on_refused or (lambda: None)
         self.sleep = sleep
         self.refused = 0
-        self._waiting_for: tuple[str, int] | None = None   # (model, ready pods before the eviction)
+        self._waiting_for: tuple[str, int] | None = None  # (model, ready pods before the eviction)
 
     @classmethod
     def in_cluster(cls, namespace: str, model_label: str, **kw) -> "KubernetesRestarter":
@@ -68,7 +77,7 @@ class KubernetesRestarter:
 
     def _api_error(self, exc: Exception) -> tuple[int | None, str]:
         status = getattr(exc, "status", None)
-        reason = (getattr(exc, "body", None) or getattr(exc, "reason", None) or str(exc))
+        reason = getattr(exc, "body", None) or getattr(exc, "reason", None) or str(exc)
         return status, str(reason)[:300]
 
     def _model_pods(self, model: str) -> list:
@@ -91,13 +100,17 @@ class KubernetesRestarter:
         if not pod or not namespace:
             raise RestartError("the alert names no pod (labels namespace and pod); refusing to guess one")
         if namespace != self.namespace:
-            raise RestartError(f"the alert's pod is in namespace {namespace!r}, the healer acts only in {self.namespace!r}")
+            raise RestartError(
+                f"the alert's pod is in namespace {namespace!r}, the healer acts only in {self.namespace!r}"
+            )
         try:
             found = self.api.read_namespaced_pod(pod, self.namespace)
         except ApiException as exc:
             if exc.status == 404:
                 raise RestartError(f"pod {self.namespace}/{pod} does not exist (already replaced?)") from None
-            raise RestartError(f"reading pod {self.namespace}/{pod}: HTTP {exc.status} {self._api_error(exc)[1]}") from None
+            raise RestartError(
+                f"reading pod {self.namespace}/{pod}: HTTP {exc.status} {self._api_error(exc)[1]}"
+            ) from None
         model = (found.metadata.labels or {}).get(self.model_label)
         if not model:
             raise RestartError(f"pod {self.namespace}/{pod} has no {self.model_label} label; not a vLLM pod of ours")
@@ -111,8 +124,9 @@ class KubernetesRestarter:
             raise RestartError("the Kubernetes restarter evicts the pod an alert names; no alert given")
         pod, model = self.target(alert.labels)
         ready_before = sum(_ready(p) for p in self._model_pods(model))
-        body = client.V1Eviction(api_version="policy/v1", kind="Eviction",
-                                 metadata=client.V1ObjectMeta(name=pod, namespace=self.namespace))
+        body = client.V1Eviction(
+            api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=pod, namespace=self.namespace)
+        )
         began = time.monotonic()
         for attempt in range(self.retries + 1):
             try:
@@ -122,17 +136,26 @@ class KubernetesRestarter:
                 if exc.status == 429:
                     self.refused += 1
                     self.on_refused()
-                    log.warning("eviction of %s/%s refused by its PodDisruptionBudget (attempt %d of %d)",
-                                self.namespace, pod, attempt + 1, self.retries + 1)
+                    log.warning(
+                        "eviction of %s/%s refused by its PodDisruptionBudget (attempt %d of %d)",
+                        self.namespace,
+                        pod,
+                        attempt + 1,
+                        self.retries + 1,
+                    )
                     if attempt < self.retries:
                         self.sleep(self.retry_interval_s)
                     continue
                 if exc.status == 404:
                     raise RestartError(f"pod {self.namespace}/{pod} vanished before its eviction") from None
-                raise RestartError(f"evicting {self.namespace}/{pod}: HTTP {exc.status} {self._api_error(exc)[1]}") from None
+                raise RestartError(
+                    f"evicting {self.namespace}/{pod}: HTTP {exc.status} {self._api_error(exc)[1]}"
+                ) from None
         else:
-            raise RestartError(f"eviction of {self.namespace}/{pod} refused {self.retries + 1} times "
-                               "(PodDisruptionBudget); the alert's repeat will try again")
+            raise RestartError(
+                f"eviction of {self.namespace}/{pod} refused {self.retries + 1} times "
+                "(PodDisruptionBudget); the alert's repeat will try again"
+            )
         evicted = time.monotonic()
         log.info("evicted %s/%s after %.1fs; waiting for it to drain and go", self.namespace, pod, evicted - began)
         self._wait_gone(pod)

@@ -8,9 +8,22 @@ from ..catalogue import METRICS_DIR, load_csv
 from .policy import DECISIONS
 
 CSV = METRICS_DIR / "leakwatch-healer.csv"
-OUTCOMES = ("accepted", "no_action", "unauthorized", "too_large", "length_required", "unsupported_media_type",
-            "bad_request", "invalid_schema", "not_remediable", "not_found", "method_not_allowed",
-            "headers_too_large", "request_timeout", "unavailable")
+OUTCOMES = (
+    "accepted",
+    "no_action",
+    "unauthorized",
+    "too_large",
+    "length_required",
+    "unsupported_media_type",
+    "bad_request",
+    "invalid_schema",
+    "not_remediable",
+    "not_found",
+    "method_not_allowed",
+    "headers_too_large",
+    "request_timeout",
+    "unavailable",
+)
 RESULTS = ("success", "failed")
 
 
@@ -23,8 +36,13 @@ class HealerMetrics:
 
         def make(cls, name, **kw):
             row = spec[name]
-            return cls(name.removesuffix("_total") if cls is Counter else name, row["help"], row["labels"],
-                       registry=self.registry, **kw)
+            return cls(
+                name.removesuffix("_total") if cls is Counter else name,
+                row["help"],
+                row["labels"],
+                registry=self.registry,
+                **kw,
+            )
 
         self.notifications = make(Counter, "leakwatch_healer_notifications_total")
         self.alerts = make(Counter, "leakwatch_healer_alerts_total")

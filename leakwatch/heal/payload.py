@@ -18,11 +18,11 @@ class PayloadError(ValueError):
 
 @dataclass(frozen=True)
 class Alert:
-    status: str            # firing | resolved
+    status: str  # firing | resolved
     name: str
     labels: dict[str, str]
     fingerprint: str
-    starts_at: float       # unix seconds
+    starts_at: float  # unix seconds
 
     @property
     def key(self) -> str:
@@ -69,7 +69,9 @@ def parse(body: bytes, max_alerts: int) -> list[Alert]:
     if not isinstance(doc, dict):
         raise PayloadError(422, "body must be an Alertmanager webhook object")
     if doc.get("version") != "4":
-        raise PayloadError(422, f"unsupported webhook version {str(doc.get('version'))[:20]!r} (Alertmanager sends \"4\")")
+        raise PayloadError(
+            422, f'unsupported webhook version {str(doc.get("version"))[:20]!r} (Alertmanager sends "4")'
+        )
     alerts = doc.get("alerts")
     if not isinstance(alerts, list) or not alerts:
         raise PayloadError(422, "alerts must be a non-empty list")

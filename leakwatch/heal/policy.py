@@ -22,9 +22,9 @@ log = logging.getLogger("leakwatch.heal")
 # Decisions per alert (the `decision` label of leakwatch_healer_alerts_total).
 REMEDIATE = "remediate"
 RESOLVED = "resolved"
-DUPLICATE = "duplicate"              # this firing episode was already acted on
-HANDLED = "handled_by_restart"       # it began before the last restart, which addressed it
-IN_PROGRESS = "in_progress"          # a drain/restart is running now (not remembered: a repeat is decided anew)
+DUPLICATE = "duplicate"  # this firing episode was already acted on
+HANDLED = "handled_by_restart"  # it began before the last restart, which addressed it
+IN_PROGRESS = "in_progress"  # a drain/restart is running now (not remembered: a repeat is decided anew)
 COOLDOWN = "cooldown"
 RATE_LIMITED = "rate_limited"
 NOT_REMEDIABLE = "not_remediable"
@@ -40,8 +40,8 @@ class StateWriteError(RuntimeError):
 
 @dataclass
 class PolicyState:
-    restarts: list[float] = field(default_factory=list)   # unix times restarts began (last hour and more)
-    seen: dict[str, float] = field(default_factory=dict)   # alert key -> when it was acted on
+    restarts: list[float] = field(default_factory=list)  # unix times restarts began (last hour and more)
+    seen: dict[str, float] = field(default_factory=dict)  # alert key -> when it was acted on
 
     def to_json(self) -> str:
         return json.dumps({"restarts": self.restarts[-100:], "seen": self.seen})
@@ -57,7 +57,8 @@ class PolicyState:
             # Resetting would forget the cooldown and the hourly cap: a restart storm. Refuse instead.
             raise LeakwatchError(
                 f"the healer's state file {path} cannot be read ({exc!r:.120}); it holds the cooldown and the "
-                "restarts of the last hour. Inspect it, then move it away to start with an empty history") from None
+                "restarts of the last hour. Inspect it, then move it away to start with an empty history"
+            ) from None
 
 
 class Policy:
@@ -133,7 +134,7 @@ class Policy:
     def _trim(self, now: float) -> None:
         self.state.restarts = [t for t in self.state.restarts if now - t < 24 * HOUR]
         if len(self.state.seen) > SEEN_LIMIT:
-            newest = sorted(self.state.seen.items(), key=lambda kv: kv[1])[-SEEN_LIMIT // 2:]
+            newest = sorted(self.state.seen.items(), key=lambda kv: kv[1])[-SEEN_LIMIT // 2 :]
             self.state.seen = dict(newest)
 
     def _save(self) -> None:

@@ -20,8 +20,8 @@ class RestartError(RuntimeError):
 
 @dataclass
 class RestartTiming:
-    stop_s: float      # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable
-    start_s: float     # until the restart call returned
+    stop_s: float  # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable
+    start_s: float  # until the restart call returned
 
 
 class SupervisorRestarter:
@@ -31,8 +31,15 @@ class SupervisorRestarter:
 
     STOPPED = ("STOPPED", "EXITED", "FATAL")
 
-    def __init__(self, socket_path: Path, program: str = "vllm", stop_timeout_s: float = 60.0,
-                 start_timeout_s: float = 120.0, rpc_timeout_s: float = 10.0, poll_s: float = 0.5):
+    def __init__(
+        self,
+        socket_path: Path,
+        program: str = "vllm",
+        stop_timeout_s: float = 60.0,
+        start_timeout_s: float = 120.0,
+        rpc_timeout_s: float = 10.0,
+        poll_s: float = 0.5,
+    ):
         self.socket_path = Path(socket_path)
         self.program = program
         self.stop_timeout_s = stop_timeout_s
@@ -76,8 +83,7 @@ class SupervisorRestarter:
                 self._wait_state(rpc, lambda s: s in self.STOPPED, began + self.stop_timeout_s, "stop")
             stopped = time.monotonic()
             rpc.startProcess(self.program, False)
-            state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), stopped + self.start_timeout_s,
-                                     "start")
+            state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), stopped + self.start_timeout_s, "start")
             if state != "RUNNING":
                 raise RestartError(f"{self.describe()}: {state} after the start (see its log)")
         except (OSError, xmlrpc.client.Error) as exc:
@@ -136,8 +142,10 @@ class DockerRestarter:
         try:
             # By name: the proxy allows the restart path for the vLLM containers' names only. Docker
             # sends SIGTERM (vLLM drains), waits t seconds, then SIGKILLs and starts it.
-            resp = self.session.post(f"{self.base_url}/containers/{name}/restart?t={self.stop_timeout_s}",
-                                     timeout=self.stop_timeout_s + self.http_timeout_s)
+            resp = self.session.post(
+                f"{self.base_url}/containers/{name}/restart?t={self.stop_timeout_s}",
+                timeout=self.stop_timeout_s + self.http_timeout_s,
+            )
         except requests.RequestException as exc:
             raise RestartError(f"restarting container {name}: {exc}") from None
         if resp.status_code != 204:

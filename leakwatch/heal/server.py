@@ -43,7 +43,7 @@ class Healer:
     def authorized(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), self._token)
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), self._token)
 
     def notify(self, alerts: list[Alert]) -> tuple[int, str, dict]:
         """(HTTP status, outcome, body) for a parsed notification."""
@@ -52,11 +52,20 @@ class Healer:
         if refused:
             # One refused firing alert spoils the whole notification: misrouting is surfaced, not half-acted on.
             for a, why in refused:
-                log.warning("refused alert %s (fingerprint %s, job %s, instance %s): %s", safe(a.name),
-                            a.fingerprint, safe(a.labels.get("job", "")), safe(a.labels.get("instance", "")), why)
+                log.warning(
+                    "refused alert %s (fingerprint %s, job %s, instance %s): %s",
+                    safe(a.name),
+                    a.fingerprint,
+                    safe(a.labels.get("job", "")),
+                    safe(a.labels.get("instance", "")),
+                    why,
+                )
             reasons = "; ".join(f"{safe(a.name)}: {why}" for a, why in refused)[:400]
-            return 422, "not_remediable", {
-                "error": f"firing alert(s) refused ({reasons}); route only remediation alerts of this stack here"}
+            return (
+                422,
+                "not_remediable",
+                {"error": f"firing alert(s) refused ({reasons}); route only remediation alerts of this stack here"},
+            )
         try:
             decisions = self.policy.decide(alerts)
         except StateWriteError as exc:
@@ -66,8 +75,14 @@ class Healer:
         trigger = None
         for alert, decision in decisions:
             self.metrics.alerts.labels(decision).inc()
-            log.info("alert %s status=%s fingerprint=%s starts_at=%.0f decision=%s", safe(alert.name), alert.status,
-                     alert.fingerprint, alert.starts_at, decision)
+            log.info(
+                "alert %s status=%s fingerprint=%s starts_at=%.0f decision=%s",
+                safe(alert.name),
+                alert.status,
+                alert.fingerprint,
+                alert.starts_at,
+                decision,
+            )
             if decision == REMEDIATE:
                 trigger = alert
         self.metrics.restarts_last_hour.set(self.policy.restarts_last_hour())
@@ -82,19 +97,31 @@ class Healer:
         began_wall, began = time.time(), time.monotonic()
         self.metrics.in_progress.set(1)
         self.metrics.last_restart.set(began_wall)
-        log.info("remediation begins for %s (fingerprint %s): waiting up to %.0fs for idle, then SIGTERM",
-                 safe(trigger.name), trigger.fingerprint, self.cfg.idle_wait_s)
+        log.info(
+            "remediation begins for %s (fingerprint %s): waiting up to %.0fs for idle, then SIGTERM",
+            safe(trigger.name),
+            trigger.fingerprint,
+            self.cfg.idle_wait_s,
+        )
         result = "failed"
         try:
             in_flight = self.probe.wait_idle(self.cfg.idle_wait_s)
             if in_flight is not None:
                 self.metrics.in_flight_at_stop.set(in_flight)
             # A restarter that acts on the alert's target (Kubernetes: its pod) gets the alert.
-            timing = self.restarter.restart(trigger) if getattr(self.restarter, "acts_on_alert", False) \
+            timing = (
+                self.restarter.restart(trigger)
+                if getattr(self.restarter, "acts_on_alert", False)
                 else self.restarter.restart()
+            )
             self.metrics.drain_duration.set(timing.stop_s)
-            log.info("%s stopped after %.1fs (in flight at stop: %s); started in %.1fs; waiting for /health",
-                     self.restarter.describe(), timing.stop_s, in_flight, timing.start_s)
+            log.info(
+                "%s stopped after %.1fs (in flight at stop: %s); started in %.1fs; waiting for /health",
+                self.restarter.describe(),
+                timing.stop_s,
+                in_flight,
+                timing.start_s,
+            )
             if self.probe.wait_healthy(self.cfg.ready_timeout_s):
                 result = "success"
             else:

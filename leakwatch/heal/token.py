@@ -19,8 +19,10 @@ def _check(token: str, where: str) -> str:
     if not token:
         raise LeakwatchError(f"the healer token in {where} is empty; create one with: {HOW_TO_MAKE}")
     if len(token) < MIN_LENGTH or any(c.isspace() for c in token):
-        raise LeakwatchError(f"the healer token in {where} is too weak ({len(token)} characters, need {MIN_LENGTH} "
-                             f"without spaces); create one with: {HOW_TO_MAKE}")
+        raise LeakwatchError(
+            f"the healer token in {where} is too weak ({len(token)} characters, need {MIN_LENGTH} "
+            f"without spaces); create one with: {HOW_TO_MAKE}"
+        )
     return token
 
 
@@ -38,8 +40,10 @@ def load(token_file: str | None) -> str:
         return _check(text, str(path))
     if os.environ.get(TOKEN_ENV, "").strip():
         return _check(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
-    raise LeakwatchError(f"no healer token: set {TOKEN_ENV} or pass --token-file (the same token Alertmanager's "
-                         f"webhook sends as credentials_file); create one with: {HOW_TO_MAKE}")
+    raise LeakwatchError(
+        f"no healer token: set {TOKEN_ENV} or pass --token-file (the same token Alertmanager's "
+        f"webhook sends as credentials_file); create one with: {HOW_TO_MAKE}"
+    )
 
 
 def ensure_file(path: Path, mode: int = 0o600) -> Path:

@@ -34,12 +34,12 @@ from .server import WEBHOOK_PATH, Healer, safe
 
 log = logging.getLogger("leakwatch.heal")
 
-REQUEST_DEADLINE_S = 10.0     # from accept to the last byte of the body
+REQUEST_DEADLINE_S = 10.0  # from accept to the last byte of the body
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers together
 MAX_HEADERS = 32
 MAX_CONNECTIONS = 128
 HANDLER_THREADS = 4
-LISTEN_BACKLOG = 512          # the kernel caps it at net.core.somaxconn
+LISTEN_BACKLOG = 512  # the kernel caps it at net.core.somaxconn
 SEND_TIMEOUT_S = 5.0
 SINGLE_HEADERS = ("authorization", "content-length", "content-type", "transfer-encoding", "host")
 HEALTH_PATHS = ("/healthz", "/-/healthy", "/-/ready")
@@ -48,10 +48,23 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _TARGET = re.compile(r"/[\x21-\x7e]*")
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-           405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
-           415: "Unsupported Media Type", 422: "Unprocessable Content", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+REASONS = {
+    200: "OK",
+    202: "Accepted",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
 
 
 class Refusal(Exception):
@@ -63,8 +76,8 @@ class Refusal(Exception):
 @dataclass
 class Request:
     method: str
-    path: str                 # without the query string
-    headers: dict[str, str]   # lower-case names
+    path: str  # without the query string
+    headers: dict[str, str]  # lower-case names
     body: bytes = b""
 
 
@@ -190,14 +203,19 @@ class HealerServer:
 
     def _evict_oldest_reading(self) -> None:
         oldest = min(self.connections.values(), key=lambda c: c.accepted)
-        log.warning("%d connections open; dropping the oldest, from %s, still unfinished after %.1fs",
-                    len(self.connections), oldest.peer, time.monotonic() - oldest.accepted)
+        log.warning(
+            "%d connections open; dropping the oldest, from %s, still unfinished after %.1fs",
+            len(self.connections),
+            oldest.peer,
+            time.monotonic() - oldest.accepted,
+        )
         self._drop(oldest)
 
     def _expire(self, now: float) -> None:
         for conn in [c for c in self.connections.values() if c.deadline <= now]:
-            self._answer_in_loop(conn, Refusal(408, "request_timeout",
-                                               f"request not complete within {REQUEST_DEADLINE_S:.0f}s"))
+            self._answer_in_loop(
+                conn, Refusal(408, "request_timeout", f"request not complete within {REQUEST_DEADLINE_S:.0f}s")
+            )
 
     def _drop(self, conn: Connection) -> None:
         self.connections.pop(conn.sock.fileno(), None)
@@ -227,7 +245,7 @@ class HealerServer:
                 if end > MAX_HEADER_BYTES:
                     raise Refusal(431, "headers_too_large", f"headers larger than {MAX_HEADER_BYTES} bytes")
                 conn.request = parse_head(bytes(conn.buffer[:end]))
-                del conn.buffer[:end + 4]
+                del conn.buffer[: end + 4]
                 conn.body_length = self._admit(conn.request)
             if len(conn.buffer) > conn.body_length:
                 raise Refusal(400, "bad_request", "more bytes than Content-Length (one request per connection)")
@@ -250,8 +268,12 @@ class HealerServer:
         if req.path != WEBHOOK_PATH:
             raise Refusal(404, "not_found", f"not found; the webhook is POST {WEBHOOK_PATH}")
         if not self.healer.authorized(req.headers.get("authorization")):
-            raise Refusal(401, "unauthorized", "missing or wrong bearer token",
-                          {"WWW-Authenticate": 'Bearer realm="leakwatch-healer"'})
+            raise Refusal(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                {"WWW-Authenticate": 'Bearer realm="leakwatch-healer"'},
+            )
         if "transfer-encoding" in req.headers:
             raise Refusal(411, "length_required", "chunked bodies are not accepted; send Content-Length")
         raw_length = req.headers.get("content-length")
@@ -271,8 +293,13 @@ class HealerServer:
         # Refusals are small: one non-blocking send fits the socket buffer; a client that reads
         # nothing loses the reply, not the server's time.
         self._log_refusal(conn, refusal)
-        data = self._response(refusal.status, {"error": str(refusal)}, refusal.outcome, headers=refusal.headers,
-                              head=conn.request is not None and conn.request.method == "HEAD")
+        data = self._response(
+            refusal.status,
+            {"error": str(refusal)},
+            refusal.outcome,
+            headers=refusal.headers,
+            head=conn.request is not None and conn.request.method == "HEAD",
+        )
         try:
             conn.sock.send(data)
         except OSError:
@@ -292,8 +319,7 @@ class HealerServer:
                 data = self._dispatch(req)
             except Refusal as refusal:
                 self._log_refusal(conn, refusal)
-                data = self._response(refusal.status, {"error": str(refusal)}, refusal.outcome,
-                                      headers=refusal.headers)
+                data = self._response(refusal.status, {"error": str(refusal)}, refusal.outcome, headers=refusal.headers)
             except Exception:  # noqa: BLE001 - a bug answers 500 and is logged; the server keeps serving
                 log.exception("internal error on %s %s", safe(req.method, 20), safe(req.path, 80))
                 data = self._response(500, {"error": "internal error; see the healer's log"})
@@ -308,8 +334,9 @@ class HealerServer:
         if req.method in ("GET", "HEAD"):
             head = req.method == "HEAD"
             if req.path == "/metrics":
-                return self._response(200, generate_latest(self.metrics.registry), content_type=CONTENT_TYPE_LATEST,
-                                      head=head)
+                return self._response(
+                    200, generate_latest(self.metrics.registry), content_type=CONTENT_TYPE_LATEST, head=head
+                )
             if req.path in HEALTH_PATHS:
                 return self._response(200, {"status": "ok"}, head=head)
             return self._response(404, {"error": "not found"}, head=head)
@@ -321,12 +348,24 @@ class HealerServer:
         status, outcome, reply = self.healer.notify(alerts)
         return self._response(status, reply, outcome)
 
-    def _response(self, status: int, body: dict | bytes, outcome: str | None = None,
-                  content_type: str = "application/json", headers: dict | None = None, head: bool = False) -> bytes:
+    def _response(
+        self,
+        status: int,
+        body: dict | bytes,
+        outcome: str | None = None,
+        content_type: str = "application/json",
+        headers: dict | None = None,
+        head: bool = False,
+    ) -> bytes:
         if outcome:
             self.metrics.notifications.labels(outcome).inc()
         data = body if isinstance(body, bytes) else (json.dumps(body) + "\n").encode()
-        lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"Content-Type: {content_type}",
-                 f"Content-Length: {len(data)}", "Connection: close", "Server: leakwatch-healer",
-                 *(f"{k}: {v}" for k, v in (headers or {}).items())]
+        lines = [
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(data)}",
+            "Connection: close",
+            "Server: leakwatch-healer",
+            *(f"{k}: {v}" for k, v in (headers or {}).items()),
+        ]
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head else data)

@@ -25,7 +25,7 @@ from . import identity
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "leakwatch"
 GENERATED_DIR = CHART_DIR / "files" / "generated"
-MODELS_DIR = "/models"          # where the model volume is mounted in the vLLM container
+MODELS_DIR = "/models"  # where the model volume is mounted in the vLLM container
 # Dashboards that describe a serving pod; the load-test board watches Locust, which runs outside.
 CHART_DASHBOARDS = ("leakwatch-gpu.json", "leakwatch-memory.json", "leakwatch-serving.json")
 
@@ -97,8 +97,11 @@ def remediation_route() -> dict:
     per pod instead of per instance."""
     from ..generate.alertmanager_config import alertmanager_config
 
-    route = next(r for r in alertmanager_config("http://healer", "/token")["route"]["routes"]
-                 if r.get("receiver") == "remediation")
+    route = next(
+        r
+        for r in alertmanager_config("http://healer", "/token")["route"]["routes"]
+        if r.get("receiver") == "remediation"
+    )
     group_by = [label for label in route["group_by"] if label != "instance"]
     return {
         "groupBy": identity.HOST_LABELS + group_by,
@@ -139,8 +142,10 @@ def _dashboard(text: str) -> str:
             variables.append(var)
             continue
         source = re.sub(r"label_values\((.*), instance\)", r"\1", var["query"])
-        for name, query in (("namespace", f"label_values({source}, namespace)"),
-                            ("pod", f'label_values({source}{{namespace=~"$namespace"}}, pod)')):
+        for name, query in (
+            ("namespace", f"label_values({source}, namespace)"),
+            ("pod", f'label_values({source}{{namespace=~"$namespace"}}, pod)'),
+        ):
             variables.append({**var, "name": name, "label": name, "query": query, "includeAll": True, "multi": True})
     board.setdefault("templating", {})["list"] = variables
     text = json.dumps(board, indent=2, sort_keys=True)
@@ -192,7 +197,7 @@ def _values_header(profile: model_profiles.Profile) -> str:
     return HEADER.format(
         source=f"serving/profiles/{profile.name}.yaml and config/stack.yaml",
         what=f"{profile.description}\nInstall: helm install <release> deploy/helm/leakwatch -f "
-             f"deploy/helm/leakwatch/values-{profile.name}.yaml (docs/kubernetes.md).",
+        f"deploy/helm/leakwatch/values-{profile.name}.yaml (docs/kubernetes.md).",
     )
 
 
@@ -200,12 +205,20 @@ def generated_files() -> dict[Path, Callable[[], str]]:
     from ..dashboards.files import DASHBOARDS_DIR, generated_files as grafana_files
 
     files: dict[Path, Callable[[], str]] = {
-        GENERATED_DIR / "facts.yaml": lambda: yamlfmt.dump(facts(), HEADER.format(
-            source="config/stack.yaml, config/healer.yaml and leakwatch/helm/identity.py",
-            what="Ports, paths, scrape jobs and labels the chart's templates read.")),
-        GENERATED_DIR / "rules.yaml": lambda: yamlfmt.dump({"groups": rule_groups()}, HEADER.format(
-            source="config/alerts.yaml (leakwatch/rules/, Kubernetes selectors and host labels)",
-            what="The PrometheusRule's groups; values prometheusRule.groups replaces them.")),
+        GENERATED_DIR / "facts.yaml": lambda: yamlfmt.dump(
+            facts(),
+            HEADER.format(
+                source="config/stack.yaml, config/healer.yaml and leakwatch/helm/identity.py",
+                what="Ports, paths, scrape jobs and labels the chart's templates read.",
+            ),
+        ),
+        GENERATED_DIR / "rules.yaml": lambda: yamlfmt.dump(
+            {"groups": rule_groups()},
+            HEADER.format(
+                source="config/alerts.yaml (leakwatch/rules/, Kubernetes selectors and host labels)",
+                what="The PrometheusRule's groups; values prometheusRule.groups replaces them.",
+            ),
+        ),
         CHART_DIR / "values.schema.json": lambda: json.dumps(values_schema(), indent=2) + "\n",
     }
     grafana = grafana_files()
@@ -220,8 +233,17 @@ def generated_files() -> dict[Path, Callable[[], str]]:
 # -- values.schema.json ----------------------------------------------------------------------------
 
 # Keys whose values are free-form maps (labels, Kubernetes objects passed through).
-FREE_FORM = {"additionalLabels", "annotations", "labels", "nodeSelector", "resources", "env", "podAnnotations",
-             "securityContext", "affinity"}
+FREE_FORM = {
+    "additionalLabels",
+    "annotations",
+    "labels",
+    "nodeSelector",
+    "resources",
+    "env",
+    "podAnnotations",
+    "securityContext",
+    "affinity",
+}
 
 
 def _infer(value, key: str = "") -> dict:
@@ -238,8 +260,11 @@ def _infer(value, key: str = "") -> dict:
     if isinstance(value, list):
         return {"type": "array"}
     if isinstance(value, dict):
-        return {"type": "object", "additionalProperties": False,
-                "properties": {k: _infer(v, k) for k, v in value.items()}}
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: _infer(v, k) for k, v in value.items()},
+        }
     return {}
 
 
@@ -262,11 +287,16 @@ def values_schema() -> dict:
     schema = _infer(values)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     schema["title"] = "leakwatch chart values"
-    schema["description"] = ("GENERATED by `leakwatch generate` from values.yaml and serving/profiles "
-                             "(leakwatch/helm/chart_files.py) - do not edit.")
+    schema["description"] = (
+        "GENERATED by `leakwatch generate` from values.yaml and serving/profiles "
+        "(leakwatch/helm/chart_files.py) - do not edit."
+    )
     props = schema["properties"]
     props["models"] = {"type": "object", "additionalProperties": _model_schema()}
     props["monitoring"]["properties"]["kind"] = {"enum": ["PodMonitor", "ServiceMonitor"]}
-    props["prometheusRule"]["properties"]["groups"] = {"type": "array", "items": {"type": "object", "required": ["name", "rules"]}}
+    props["prometheusRule"]["properties"]["groups"] = {
+        "type": "array",
+        "items": {"type": "object", "required": ["name", "rules"]},
+    }
     props["imagePullSecrets"] = {"type": "array", "items": {"type": "object", "required": ["name"]}}
     return schema

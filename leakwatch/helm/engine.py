@@ -33,8 +33,9 @@ def load_values(*files: Path, overrides: dict | None = None) -> dict:
     return merge(*layers, overrides or {})
 
 
-def render(values: dict, release: str = "leakwatch", namespace: str = "leakwatch",
-           chart_dir: Path = CHART_DIR) -> list[dict]:
+def render(
+    values: dict, release: str = "leakwatch", namespace: str = "leakwatch", chart_dir: Path = CHART_DIR
+) -> list[dict]:
     """Every object the chart renders for these values (schema-validated by Helm first)."""
     import helm_python as helm
 

@@ -13,7 +13,7 @@ JOBS = {
     "vllm": "leakwatch-vllm",
     "exporter": "leakwatch-exporter",
     "healer": "leakwatch-healer",
-    "node": "node-exporter",   # kube-prometheus-stack's prometheus-node-exporter subchart
+    "node": "node-exporter",  # kube-prometheus-stack's prometheus-node-exporter subchart
     # NVIDIA's dcgm-exporter chart installed as docs/kubernetes.md says (release dcgm-exporter): its
     # ServiceMonitor keeps the operator's default job, the Service's name.
     "dcgm": "dcgm-exporter",

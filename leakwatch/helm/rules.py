@@ -25,8 +25,12 @@ def values_for(config: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m leakwatch.helm.rules", description=__doc__)
-    parser.add_argument("--config", type=Path, default=ALERTS_FILE,
-                        help="thresholds file in config/alerts.yaml's format (default: config/alerts.yaml)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=ALERTS_FILE,
+        help="thresholds file in config/alerts.yaml's format (default: config/alerts.yaml)",
+    )
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     args = parser.parse_args(argv)
     try:

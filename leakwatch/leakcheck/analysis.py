@@ -121,8 +121,15 @@ def _range_rate(t: np.ndarray, mem: np.ndarray, seg: np.ndarray, time_compressio
     return worst
 
 
-def _decide(cfg: CheckConfig, bpr: Interval, gph: Interval, recent: Interval, recent_gph: Interval,
-            recent_served: float, range_rate: float = math.inf) -> tuple[str, str]:
+def _decide(
+    cfg: CheckConfig,
+    bpr: Interval,
+    gph: Interval,
+    recent: Interval,
+    recent_gph: Interval,
+    recent_served: float,
+    range_rate: float = math.inf,
+) -> tuple[str, str]:
     t_req, t_hour = cfg.min_bytes_per_request, cfg.min_growth_bytes_per_hour
     # Magnitude before ranks: a series that hardly moved cannot leak at the threshold's rate, however
     # its rank statistics look (a quiet process's RSS is a staircase of page faults).
@@ -134,17 +141,23 @@ def _decide(cfg: CheckConfig, bpr: Interval, gph: Interval, recent: Interval, re
     grew = bpr.low > t_req and gph.low > t_hour
     if recent_flat:
         what = "grew earlier but" if grew else "memory"
-        return NO_LEAK, (f"{what} did not grow in the later part of the window (high ends {_b(recent.high)}/request, "
-                         f"{_b(recent_gph.high)}/h){': a step that plateaued, not a leak' if grew else ''}")
+        return NO_LEAK, (
+            f"{what} did not grow in the later part of the window (high ends {_b(recent.high)}/request, "
+            f"{_b(recent_gph.high)}/h){': a step that plateaued, not a leak' if grew else ''}"
+        )
     if grew and recent.estimate > t_req:
-        return LEAK, (f"grows {_b(bpr.estimate)}/request (interval {_b(bpr.low)} .. {_b(bpr.high)} above "
-                      f"{_b(t_req)}) and {_b(gph.estimate)}/h (above {_b(t_hour)}/h), still growing at the end")
+        return LEAK, (
+            f"grows {_b(bpr.estimate)}/request (interval {_b(bpr.low)} .. {_b(bpr.high)} above "
+            f"{_b(t_req)}) and {_b(gph.estimate)}/h (above {_b(t_hour)}/h), still growing at the end"
+        )
     if bpr.high < t_req:
         return NO_LEAK, f"bytes/request interval below {_b(t_req)} (high end {_b(bpr.high)})"
     if gph.high < t_hour:
         return NO_LEAK, f"growth/hour interval below {_b(t_hour)}/h (high end {_b(gph.high)}/h)"
-    return INCONCLUSIVE, (f"intervals straddle the thresholds: {_b(bpr.low)} .. {_b(bpr.high)}/request, "
-                          f"{_b(gph.low)} .. {_b(gph.high)}/h; a longer window or more traffic decides")
+    return INCONCLUSIVE, (
+        f"intervals straddle the thresholds: {_b(bpr.low)} .. {_b(bpr.high)}/request, "
+        f"{_b(gph.low)} .. {_b(gph.high)}/h; a longer window or more traffic decides"
+    )
 
 
 def _b(value: float) -> str:
@@ -171,8 +184,14 @@ def format_hours(hours: float | None) -> str:
     return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.0f} d"
 
 
-def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments, warm: np.ndarray,
-                   cfg: CheckConfig, time_compression: float) -> SeriesResult:
+def analyse_series(
+    series: MemorySeries,
+    timeline: Timeline,
+    segments: Segments,
+    warm: np.ndarray,
+    cfg: CheckConfig,
+    time_compression: float,
+) -> SeriesResult:
     pos, mem = series.aligned(timeline)
     keep = warm[pos] if len(pos) else np.zeros(0, dtype=bool)
     pos, mem = pos[keep], mem[keep]
@@ -181,8 +200,24 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     current = float(series.values[np.isfinite(series.values)][-1]) if np.isfinite(series.values).any() else None
 
     def empty(reason: str) -> SeriesResult:
-        return SeriesResult(series, INCONCLUSIVE, reason, len(pos), served, NAN_INTERVAL, NAN_INTERVAL,
-                            NAN_INTERVAL, current, None, t, req, mem, seg, None, None)
+        return SeriesResult(
+            series,
+            INCONCLUSIVE,
+            reason,
+            len(pos),
+            served,
+            NAN_INTERVAL,
+            NAN_INTERVAL,
+            NAN_INTERVAL,
+            current,
+            None,
+            t,
+            req,
+            mem,
+            seg,
+            None,
+            None,
+        )
 
     if len(pos) < cfg.min_points:
         return empty(f"only {len(pos)} post-warm-up points (need {cfg.min_points}); widen the window")
@@ -205,14 +240,31 @@ def analyse_series(series: MemorySeries, timeline: Timeline, segments: Segments,
     unknown = Interval(bpr.estimate, -math.inf, math.inf)
     recent = recent_fit.slope if recent_fit.ok else unknown
     recent_gph = recent_time_fit.slope.scaled(3600.0 / time_compression) if recent_time_fit.ok else unknown
-    verdict, reason = _decide(cfg, bpr, gph, recent, recent_gph, _served(req[late], seg[late]),
-                              _range_rate(t, mem, seg, time_compression))
+    verdict, reason = _decide(
+        cfg, bpr, gph, recent, recent_gph, _served(req[late], seg[late]), _range_rate(t, mem, seg, time_compression)
+    )
 
     hours = None
     if series.headroom_bytes is not None and math.isfinite(gph.estimate) and gph.estimate > 0:
         hours = max(series.headroom_bytes, 0.0) / gph.estimate
-    return SeriesResult(series, verdict, reason, len(pos), served, bpr, gph, recent, current, hours,
-                        t, req, mem, seg, request_fit, time_fit)
+    return SeriesResult(
+        series,
+        verdict,
+        reason,
+        len(pos),
+        served,
+        bpr,
+        gph,
+        recent,
+        current,
+        hours,
+        t,
+        req,
+        mem,
+        seg,
+        request_fit,
+        time_fit,
+    )
 
 
 def overall(verdicts: list[str]) -> str:
@@ -223,12 +275,21 @@ def overall(verdicts: list[str]) -> str:
     return INCONCLUSIVE
 
 
-def analyse(timeline: Timeline, series: list[MemorySeries], cfg: CheckConfig, *, start: float, end: float,
-            step: float, time_compression: float = 1.0) -> CheckResult:
+def analyse(
+    timeline: Timeline,
+    series: list[MemorySeries],
+    cfg: CheckConfig,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    time_compression: float = 1.0,
+) -> CheckResult:
     """The whole check on collected samples; time-based settings are in production seconds."""
     # A hole shorter than a few query steps is the grid, not missing data.
     segments = segment(timeline, max(cfg.max_gap_seconds / time_compression, 3 * step))
     warm = warmed_up(timeline, segments, cfg.warmup_seconds / time_compression, cfg.warmup_requests)
     results = [analyse_series(s, timeline, segments, warm, cfg, time_compression) for s in series]
-    return CheckResult(overall([r.verdict for r in results]), start, end, step, time_compression, cfg,
-                       timeline, segments, results)
+    return CheckResult(
+        overall([r.verdict for r in results]), start, end, step, time_compression, cfg, timeline, segments, results
+    )

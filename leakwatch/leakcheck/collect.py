@@ -36,7 +36,8 @@ class MemoryQuery:
 
 MiB = 1048576
 HOST_EXPORTER = MemoryQuery(
-    "host", ("role", "rank"),
+    "host",
+    ("role", "rank"),
     "sum by (role, rank) (leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes)"
     " or sum by (role, rank) (leakwatch_process_resident_memory_bytes)",
     "leakwatch exporter: RSS + swap per role",
@@ -45,28 +46,32 @@ HOST_EXPORTER = MemoryQuery(
     "cgroup limit, else host MemAvailable",
 )
 HOST_VLLM = MemoryQuery(
-    "host", ("role",),
+    "host",
+    ("role",),
     'label_replace(sum(process_resident_memory_bytes{job="vllm"}), "role", "api_server", "", "")',
     "vLLM process_resident_memory_bytes (API server process only)",
     "max(node_memory_MemAvailable_bytes)",
     "host MemAvailable",
 )
 GPU_EXPORTER = MemoryQuery(
-    "gpu", ("gpu",),
+    "gpu",
+    ("gpu",),
     "sum by (gpu) (leakwatch_gpu_memory_used_bytes)",
     "leakwatch exporter: GPU memory used (NVML)",
     "sum by (gpu) (leakwatch_gpu_memory_total_bytes - leakwatch_gpu_memory_used_bytes)",
     "card memory",
 )
 GPU_DCGM = MemoryQuery(
-    "gpu", ("gpu",),
+    "gpu",
+    ("gpu",),
     f"sum by (gpu) (DCGM_FI_DEV_FB_USED) * {MiB}",
     "DCGM framebuffer used",
     f"sum by (gpu) (DCGM_FI_DEV_FB_FREE) * {MiB}",
     "card memory (DCGM free)",
 )
 GPU_PROCESS = MemoryQuery(
-    "gpu_process", ("gpu", "role", "rank"),
+    "gpu_process",
+    ("gpu", "role", "rank"),
     "sum by (gpu, role, rank) (leakwatch_gpu_process_memory_bytes)",
     "leakwatch exporter: GPU memory per vLLM process role",
     "sum by (gpu) (leakwatch_gpu_memory_total_bytes - leakwatch_gpu_memory_used_bytes)",
@@ -128,15 +133,24 @@ def collect(prom: Prometheus, start: float, end: float, step: float) -> tuple[Ti
                 labels = {k: v for k, v in item["metric"].items() if k in query.key_labels}
                 values = np.array([[float(t), float(v)] for t, v in item["values"]])
                 room = headroom.get(labels.get("gpu", ""), headroom.get("", None))
-                series.append(MemorySeries(
-                    key=_key(query.kind, labels, query.key_labels), kind=query.kind, labels=labels,
-                    source=query.source, t=values[:, 0], values=values[:, 1],
-                    headroom_bytes=room, limit_source=query.limit_source if room is not None else "",
-                ))
+                series.append(
+                    MemorySeries(
+                        key=_key(query.kind, labels, query.key_labels),
+                        kind=query.kind,
+                        labels=labels,
+                        source=query.source,
+                        t=values[:, 0],
+                        values=values[:, 1],
+                        headroom_bytes=room,
+                        limit_source=query.limit_source if room is not None else "",
+                    )
+                )
             break
     if not series:
-        raise LeakwatchError(f"Prometheus at {prom.base_url} has no vLLM memory series between {_iso(start)} "
-                             f"and {_iso(end)} (neither leakwatch exporter, DCGM nor vLLM's process_* metrics)")
+        raise LeakwatchError(
+            f"Prometheus at {prom.base_url} has no vLLM memory series between {_iso(start)} "
+            f"and {_iso(end)} (neither leakwatch exporter, DCGM nor vLLM's process_* metrics)"
+        )
     series.sort(key=lambda s: s.key)
     return timeline, series
 

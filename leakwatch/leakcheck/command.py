@@ -23,27 +23,61 @@ from .window import iso, parse_duration, resolve
 
 
 def default_prometheus_url() -> str:
-    return os.environ.get("LEAKWATCH_PROMETHEUS_URL") or f"http://127.0.0.1:{load_settings().service('prometheus').port}"
+    return (
+        os.environ.get("LEAKWATCH_PROMETHEUS_URL") or f"http://127.0.0.1:{load_settings().service('prometheus').port}"
+    )
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments `check` and `report` share: where Prometheus is, thresholds, time compression."""
-    parser.add_argument("--prometheus", default=None, metavar="URL",
-                        help="Prometheus base URL (default: $LEAKWATCH_PROMETHEUS_URL or the stack's own)")
-    parser.add_argument("--step", type=parse_duration, default=None, metavar="DURATION",
-                        help="query resolution (default: the scrape interval, coarser for long windows)")
-    parser.add_argument("--time-compression", type=float, default=1.0, metavar="FACTOR",
-                        help="time compression of a drill, as for Locust: production seconds per wall-clock second (default 1)")
-    parser.add_argument("--config", default=str(check_config.CONFIG_FILE), metavar="FILE",
-                        help="thresholds file (default config/leak_check.yaml)")
-    parser.add_argument("--min-bytes-per-request", type=float, default=None, metavar="BYTES",
-                        help="override verdict.min_bytes_per_request")
-    parser.add_argument("--min-growth-per-hour", type=float, default=None, metavar="BYTES",
-                        help="override verdict.min_growth_bytes_per_hour")
-    parser.add_argument("--warmup", type=parse_duration, default=None, metavar="DURATION",
-                        help="override warmup.seconds (used where the exporter's baseline is absent)")
-    parser.add_argument("--warmup-requests", type=float, default=None, metavar="N",
-                        help="override warmup.requests")
+    parser.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="URL",
+        help="Prometheus base URL (default: $LEAKWATCH_PROMETHEUS_URL or the stack's own)",
+    )
+    parser.add_argument(
+        "--step",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="query resolution (default: the scrape interval, coarser for long windows)",
+    )
+    parser.add_argument(
+        "--time-compression",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="time compression of a drill, as for Locust: production seconds per wall-clock second (default 1)",
+    )
+    parser.add_argument(
+        "--config",
+        default=str(check_config.CONFIG_FILE),
+        metavar="FILE",
+        help="thresholds file (default config/leak_check.yaml)",
+    )
+    parser.add_argument(
+        "--min-bytes-per-request",
+        type=float,
+        default=None,
+        metavar="BYTES",
+        help="override verdict.min_bytes_per_request",
+    )
+    parser.add_argument(
+        "--min-growth-per-hour",
+        type=float,
+        default=None,
+        metavar="BYTES",
+        help="override verdict.min_growth_bytes_per_hour",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="override warmup.seconds (used where the exporter's baseline is absent)",
+    )
+    parser.add_argument("--warmup-requests", type=float, default=None, metavar="N", help="override warmup.requests")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,8 +124,10 @@ def format_text(result: CheckResult) -> str:
     for r in result.series:
         hours = format_hours(r.hours_to_exhaustion)
         now = "-" if r.current_bytes is None else human_bytes(r.current_bytes)
-        lines.append(f"{r.series.key:<28} {r.verdict:<13} {_interval(r.bytes_per_request):<36} "
-                     f"{_interval(r.growth_per_hour, '/h'):<36} {now:>9} {hours:>13}")
+        lines.append(
+            f"{r.series.key:<28} {r.verdict:<13} {_interval(r.bytes_per_request):<36} "
+            f"{_interval(r.growth_per_hour, '/h'):<36} {now:>9} {hours:>13}"
+        )
         lines.append(f"{'':<28} {r.reason}  ({r.points} points, {r.requests_served:.0f} requests; {r.series.source})")
     return "\n".join(lines)
 

@@ -139,5 +139,6 @@ def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     low = float(all_slopes[lo_rank]) if lo_rank >= 0 else -math.inf
     high = float(all_slopes[hi_rank]) if hi_rank < n_pairs else math.inf
     intercepts = tuple((int(s), float(np.median(py - estimate * px))) for s, px, py in parts)
-    return SlopeFit(Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs,
-                    len(parts), intercepts)
+    return SlopeFit(
+        Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs, len(parts), intercepts
+    )

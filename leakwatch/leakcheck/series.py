@@ -12,10 +12,10 @@ import numpy as np
 class Timeline:
     """vLLM's cumulative request counter and what tells restarts and warm-up apart, on one grid."""
 
-    t: np.ndarray                 # unix seconds, increasing
-    requests: np.ndarray          # sum of vllm:request_success_total (resets to 0 on a restart)
-    start_time: np.ndarray        # process_start_time_seconds of the API server; nan when unknown
-    baseline_ready: np.ndarray    # the exporter's leakwatch_baseline_ready (1/0); nan when absent
+    t: np.ndarray  # unix seconds, increasing
+    requests: np.ndarray  # sum of vllm:request_success_total (resets to 0 on a restart)
+    start_time: np.ndarray  # process_start_time_seconds of the API server; nan when unknown
+    baseline_ready: np.ndarray  # the exporter's leakwatch_baseline_ready (1/0); nan when absent
 
     @classmethod
     def build(cls, t, requests, start_time=None, baseline_ready=None) -> Timeline:
@@ -31,8 +31,8 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Segments:
-    ids: np.ndarray        # segment number of every timeline point
-    restarts: int          # how many boundaries were a restart or a counter reset (not just a gap)
+    ids: np.ndarray  # segment number of every timeline point
+    restarts: int  # how many boundaries were a restart or a counter reset (not just a gap)
     boundaries: list[float] = field(default_factory=list)  # unix time where each new segment starts
 
 
@@ -84,12 +84,12 @@ def warmed_up(timeline: Timeline, segments: Segments, warmup_s: float, warmup_re
 
 @dataclass
 class MemorySeries:
-    key: str                      # stable name, e.g. "host/worker/0", "gpu/0", "gpu/0/engine_core"
-    kind: str                     # host | gpu | gpu_process
+    key: str  # stable name, e.g. "host/worker/0", "gpu/0", "gpu/0/engine_core"
+    kind: str  # host | gpu | gpu_process
     labels: dict
-    source: str                   # the metric it comes from, for the reader
+    source: str  # the metric it comes from, for the reader
     t: np.ndarray
-    values: np.ndarray            # bytes
+    values: np.ndarray  # bytes
     headroom_bytes: float | None = None  # what is left before the limit (cgroup/host RAM, the card)
     limit_source: str = ""
 

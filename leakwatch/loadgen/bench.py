@@ -39,8 +39,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from .. import demo_model
-from .. import profiles as model_profiles
+from .. import demo_model, profiles as model_profiles
 from ..native.ports import free_port
 from ..paths import REPO_ROOT
 from . import server_metrics, truth
@@ -48,8 +47,8 @@ from .prompts import CorpusBuilder, fixed_lengths
 from .reports import read_request_log
 from .tokens import LocalTokenizer, ServerTokenizer
 
-CPU_LIMIT = 0.90        # of one core
-TTFT_TOLERANCE = 0.10   # for max_streams
+CPU_LIMIT = 0.90  # of one core
+TTFT_TOLERANCE = 0.10  # for max_streams
 
 
 class AnswerTexts:
@@ -77,11 +76,19 @@ class AnswerTexts:
 def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
     profile = model_profiles.load("demo")
     args = [a for a in model_profiles.vllm_engine_args(profile, str(model_dir)) if a != "--enable-prefix-caching"]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args, "--no-enable-prefix-caching",
-           "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *args,
+        "--no-enable-prefix-caching",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     env = {**os.environ, **model_profiles.vllm_environment(profile)}
-    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 900) -> None:
@@ -112,21 +119,55 @@ class VllmClient:
     """vLLM's benchmark client in a worker process (imported once)."""
 
     def __init__(self, log_path: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),  # noqa: SIM115 - the child owns it
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(log_path, "w"),  # noqa: SIM115 - the child owns it
+            text=True,
+            bufsize=1,
+        )
         ready = self.proc.stdout.readline()
         if '"ready"' not in ready:
             raise SystemExit(f"vLLM's benchmark client did not start; see {log_path}")
 
-    def run(self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int,
-            model: str = "demo") -> dict:
-        argv = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions", "--model", model,
-                "--tokenizer", str(model_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                "--disable-shuffle", "--num-prompts", str(requests_n), "--max-concurrency", str(concurrency),
-                "--request-rate", "inf", "--ignore-eos", "--save-detailed", "--disable-tqdm", "--num-warmups", "0",
-                "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,90",
-                "--ready-check-timeout-sec", "0"]
+    def run(
+        self, url: str, model_dir: Path, prompts: Path, requests_n: int, concurrency: int, model: str = "demo"
+    ) -> dict:
+        argv = [
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            model,
+            "--tokenizer",
+            str(model_dir),
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(prompts),
+            "--disable-shuffle",
+            "--num-prompts",
+            str(requests_n),
+            "--max-concurrency",
+            str(concurrency),
+            "--request-rate",
+            "inf",
+            "--ignore-eos",
+            "--save-detailed",
+            "--disable-tqdm",
+            "--num-warmups",
+            "0",
+            "--percentile-metrics",
+            "ttft,itl,e2el",
+            "--metric-percentiles",
+            "50,90",
+            "--ready-check-timeout-sec",
+            "0",
+        ]
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -135,10 +176,17 @@ class VllmClient:
         result = json.loads(line)
         if "error" in result:
             raise SystemExit(f"vLLM's benchmark client failed:\n{result['error']}")
-        return {"client": "vllm", "ttfts": result["ttfts"], "itls": result["itls"], "completed": result["completed"],
-                "requests": result["requests"],
-                "output_tokens": result["output_tokens"],
-                "duration": result["duration"], "cpu_seconds": result["cpu_seconds"], "errors": result["errors"]}
+        return {
+            "client": "vllm",
+            "ttfts": result["ttfts"],
+            "itls": result["itls"],
+            "completed": result["completed"],
+            "requests": result["requests"],
+            "output_tokens": result["output_tokens"],
+            "duration": result["duration"],
+            "cpu_seconds": result["cpu_seconds"],
+            "errors": result["errors"],
+        }
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -149,11 +197,37 @@ class VllmClient:
 def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work: Path, model: str = "demo") -> dict:
     out = work / f"loadgen-{concurrency}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
-    cmd = [str(Path(sys.executable).with_name("locust")), "-f", str(REPO_ROOT / "loadtest" / "creative_writing.py"),
-           "--headless", "--only-summary", "-H", url, "--model", model, "--api", "completions",
-           "--prompts-file", str(prompts), "--load-shape", "steady", "-u", str(concurrency), "-r", str(max(concurrency, 1) * 100),
-           "--request-limit", str(requests_n), "--metrics-port", "-1", "--request-log", str(out / "requests.csv"),
-           "--loadgen-summary", str(out / "summary.json"), "--stop-timeout", "60"]
+    cmd = [
+        str(Path(sys.executable).with_name("locust")),
+        "-f",
+        str(REPO_ROOT / "loadtest" / "creative_writing.py"),
+        "--headless",
+        "--only-summary",
+        "-H",
+        url,
+        "--model",
+        model,
+        "--api",
+        "completions",
+        "--prompts-file",
+        str(prompts),
+        "--load-shape",
+        "steady",
+        "-u",
+        str(concurrency),
+        "-r",
+        str(max(concurrency, 1) * 100),
+        "--request-limit",
+        str(requests_n),
+        "--metrics-port",
+        "-1",
+        "--request-log",
+        str(out / "requests.csv"),
+        "--loadgen-summary",
+        str(out / "summary.json"),
+        "--stop-timeout",
+        "60",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=out)
     (out / "locust.log").write_text(proc.stdout + proc.stderr)
     rows = read_request_log(out / "requests.csv")
@@ -164,11 +238,18 @@ def run_loadgen(url: str, prompts: Path, requests_n: int, concurrency: int, work
     starts = [float(r["sent_unix"]) for r in ok]
     ends = [float(r["sent_unix"]) + float(r["e2e_s"]) for r in ok]
     itl = summary["workloads"]["file"]["itl"]
-    return {"client": "loadgen", "ttfts": [float(r["ttft_s"]) for r in ok], "itl_p50": itl["p50"], "itl_p90": itl["p90"],
-            "rows": ok,
-            "completed": len(ok), "output_tokens": sum(int(r["output_tokens"]) for r in ok),
-            "duration": max(ends) - min(starts), "cpu_seconds": sum(summary["cpu_seconds"].values()),
-            "errors": sorted({r["outcome"] for r in rows if r["outcome"] != "ok"})}
+    return {
+        "client": "loadgen",
+        "ttfts": [float(r["ttft_s"]) for r in ok],
+        "itl_p50": itl["p50"],
+        "itl_p90": itl["p90"],
+        "rows": ok,
+        "completed": len(ok),
+        "output_tokens": sum(int(r["output_tokens"]) for r in ok),
+        "duration": max(ends) - min(starts),
+        "cpu_seconds": sum(summary["cpu_seconds"].values()),
+        "errors": sorted({r["outcome"] for r in rows if r["outcome"] != "ok"}),
+    }
 
 
 def measure(fn, url: str) -> dict:
@@ -194,20 +275,28 @@ def figures(runs: list[dict]) -> dict:
             hist[le] = hist.get(le, 0.0) + n
     p50 = server_metrics.quantile(hist, 0.5)
     p90 = server_metrics.quantile(hist, 0.9)
-    return {"ttft_p50": float(np.percentile(ttfts, 50)), "ttft_p90": float(np.percentile(ttfts, 90)),
-            "itl_p50": itl_p50, "req_per_s": completed / duration, "cpu": sum(r["cpu_seconds"] for r in runs) / duration,
-            "server_ttft_p50": p50.estimate if p50 else float("nan"),
-            "server_ttft_p90": p90.estimate if p90 else float("nan"),
-            "requests": completed, "output_tokens": sum(r["output_tokens"] for r in runs),
-            "errors": sorted({str(e).strip().splitlines()[-1][:80] for r in runs for e in r["errors"]})}
+    return {
+        "ttft_p50": float(np.percentile(ttfts, 50)),
+        "ttft_p90": float(np.percentile(ttfts, 90)),
+        "itl_p50": itl_p50,
+        "req_per_s": completed / duration,
+        "cpu": sum(r["cpu_seconds"] for r in runs) / duration,
+        "server_ttft_p50": p50.estimate if p50 else float("nan"),
+        "server_ttft_p90": p90.estimate if p90 else float("nan"),
+        "requests": completed,
+        "output_tokens": sum(r["output_tokens"] for r in runs),
+        "errors": sorted({str(e).strip().splitlines()[-1][:80] for r in runs for e in r["errors"]}),
+    }
 
 
 def line(label: str, f: dict) -> str:
-    return (f"  {label:<8} ttft p50 {f['ttft_p50'] * 1000:8.2f} ms  p90 {f['ttft_p90'] * 1000:8.2f} ms  "
-            f"itl p50 {f['itl_p50'] * 1000:7.3f} ms  {f['req_per_s']:7.1f} req/s  cpu {f['cpu'] * 100:5.1f} %  "
-            f"server ttft p50 {f['server_ttft_p50'] * 1000:7.2f} ms p90 {f['server_ttft_p90'] * 1000:7.2f} ms  "
-            f"({f['requests']} requests, {f['output_tokens']} tokens out"
-            f"{', errors: ' + ', '.join(f['errors']) if f['errors'] else ''})")
+    return (
+        f"  {label:<8} ttft p50 {f['ttft_p50'] * 1000:8.2f} ms  p90 {f['ttft_p90'] * 1000:8.2f} ms  "
+        f"itl p50 {f['itl_p50'] * 1000:7.3f} ms  {f['req_per_s']:7.1f} req/s  cpu {f['cpu'] * 100:5.1f} %  "
+        f"server ttft p50 {f['server_ttft_p50'] * 1000:7.2f} ms p90 {f['server_ttft_p90'] * 1000:7.2f} ms  "
+        f"({f['requests']} requests, {f['output_tokens']} tokens out"
+        f"{', errors: ' + ', '.join(f['errors']) if f['errors'] else ''})"
+    )
 
 
 def err_pct(ours: float, theirs: float) -> float:
@@ -244,11 +333,14 @@ def main(argv: list[str] | None = None) -> int:
             summary = against_vllm_cpu(args, work, model_dir, vllm_client)
         out = REPO_ROOT / "out"
         out.mkdir(exist_ok=True)
-        (out / "bench-loadgen.json").write_text(json.dumps({**summary.pop("results", {}), "truth": truth_summary.pop("runs")},
-                                                           indent=1, default=str))
+        (out / "bench-loadgen.json").write_text(
+            json.dumps({**summary.pop("results", {}), "truth": truth_summary.pop("runs")}, indent=1, default=str)
+        )
         print(f"\nload average at the end {load_average()}")
-        print(f"\nloadgen: ttft_p50_err_pct={summary['ttft_p50_err_pct']:.2f} ttft_p90_err_pct={summary['ttft_p90_err_pct']:.2f} "
-              f"max_streams={summary['max_streams']} " + " ".join(f"{k}={v:.2f}" for k, v in truth_summary.items()))
+        print(
+            f"\nloadgen: ttft_p50_err_pct={summary['ttft_p50_err_pct']:.2f} ttft_p90_err_pct={summary['ttft_p90_err_pct']:.2f} "
+            f"max_streams={summary['max_streams']} " + " ".join(f"{k}={v:.2f}" for k, v in truth_summary.items())
+        )
         return 0
     finally:
         if vllm_client is not None:
@@ -270,18 +362,27 @@ def against_truth(args, work: Path, model_dir: Path, vllm_client: VllmClient) ->
     try:
         n_max = max([args.truth_requests] + [4 * c for c in levels])
         # A nonce in every prompt, which the server also accepts as the key when no x-request-id comes.
-        texts = [f"[lw-req {i}] Continue the story of the lighthouse keeper and the storm that night, {i}."
-                 for i in range(n_max)]
+        texts = [
+            f"[lw-req {i}] Continue the story of the lighthouse keeper and the storm that night, {i}."
+            for i in range(n_max)
+        ]
         prompts = work / "truth-prompts.jsonl"
-        prompts.write_text("".join(json.dumps({"prompt": t, "output_tokens": args.truth_output_tokens}) + "\n"
-                                   for t in texts))
+        prompts.write_text(
+            "".join(json.dumps({"prompt": t, "output_tokens": args.truth_output_tokens}) + "\n" for t in texts)
+        )
         sharegpt = work / "truth-prompts-sharegpt.json"
         answer = AnswerTexts(LocalTokenizer(str(model_dir))).of(args.truth_output_tokens)
-        sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": answer}]}
-                                        for t in texts]))
-        print(f"\nbench-loadgen: reference server on {url}: TTFT log-normal median {truth.TTFT_MEDIAN_MS:g} ms "
-              f"sigma {truth.TTFT_SIGMA:g}, ITL gamma mean {truth.ITL_MEAN_MS:g} ms shape {truth.ITL_SHAPE:g}, "
-              f"{args.truth_output_tokens} tokens per request", flush=True)
+        sharegpt.write_text(
+            json.dumps(
+                [{"conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": answer}]} for t in texts]
+            )
+        )
+        print(
+            f"\nbench-loadgen: reference server on {url}: TTFT log-normal median {truth.TTFT_MEDIAN_MS:g} ms "
+            f"sigma {truth.TTFT_SIGMA:g}, ITL gamma mean {truth.ITL_MEAN_MS:g} ms shape {truth.ITL_SHAPE:g}, "
+            f"{args.truth_output_tokens} tokens per request",
+            flush=True,
+        )
 
         def one(client: str, level: int) -> dict:
             n = max(args.truth_requests, 4 * level)
@@ -302,12 +403,14 @@ def against_truth(args, work: Path, model_dir: Path, vllm_client: VllmClient) ->
         for level in levels:
             done = {"vllm": [], "loadgen": []}
             for i in range(args.truth_repeats):
-                for client in (("vllm", "loadgen") if i % 2 == 0 else ("loadgen", "vllm")):  # ABBA
+                for client in ("vllm", "loadgen") if i % 2 == 0 else ("loadgen", "vllm"):  # ABBA
                     done[client].append(one(client, level))
             runs += done["vllm"] + done["loadgen"]
             results[level] = done
-            print(f"\n{level} streams against the reference server ({args.truth_repeats} runs each, ABBA; "
-                  f"load average {load_average()}):")
+            print(
+                f"\n{level} streams against the reference server ({args.truth_repeats} runs each, ABBA; "
+                f"load average {load_average()}):"
+            )
             print(truth.line("vllm", done["vllm"]))
             print(truth.line("loadgen", done["loadgen"]), flush=True)
             ours, theirs = done["loadgen"], done["vllm"]
@@ -321,15 +424,20 @@ def against_truth(args, work: Path, model_dir: Path, vllm_client: VllmClient) ->
                 else:
                     ok = abs(err) <= abs(truth.median_err(theirs, f"ttft_p{q}_err"))
                     verdicts.append(f"p{q} {'no worse than' if ok else 'WORSE than'} vLLM's client")
-            print(f"  loadgen cpu {np.median([r['cpu'] for r in ours]) * 100:.1f} % of a core, vLLM's client "
-                  f"{np.median([r['cpu'] for r in theirs]) * 100:.1f} %; ttft error: {', '.join(verdicts)}", flush=True)
+            print(
+                f"  loadgen cpu {np.median([r['cpu'] for r in ours]) * 100:.1f} % of a core, vLLM's client "
+                f"{np.median([r['cpu'] for r in theirs]) * 100:.1f} %; ttft error: {', '.join(verdicts)}",
+                flush=True,
+            )
         ref_level = 64 if 64 in results else levels[0]
         ours, theirs = results[ref_level]["loadgen"], results[ref_level]["vllm"]
-        return {"ttft_p50_truth_err_ms": truth.median_err(ours, "ttft_p50_err") * 1000,
-                "ttft_p90_truth_err_ms": truth.median_err(ours, "ttft_p90_err") * 1000,
-                "vllm_ttft_p50_truth_err_ms": truth.median_err(theirs, "ttft_p50_err") * 1000,
-                "vllm_ttft_p90_truth_err_ms": truth.median_err(theirs, "ttft_p90_err") * 1000,
-                "runs": runs}
+        return {
+            "ttft_p50_truth_err_ms": truth.median_err(ours, "ttft_p50_err") * 1000,
+            "ttft_p90_truth_err_ms": truth.median_err(ours, "ttft_p90_err") * 1000,
+            "vllm_ttft_p50_truth_err_ms": truth.median_err(theirs, "ttft_p50_err") * 1000,
+            "vllm_ttft_p90_truth_err_ms": truth.median_err(theirs, "ttft_p90_err") * 1000,
+            "runs": runs,
+        }
     finally:
         stop(server)
 
@@ -346,8 +454,12 @@ def against_vllm_cpu(args, work: Path, model_dir: Path, vllm_client: VllmClient)
         prompts = work / "prompts.jsonl"
         sharegpt = work / "prompts-sharegpt.json"
         n_prompts = max([args.requests] + [4 * c for c in levels + [args.concurrency]])
-        builder = CorpusBuilder(fixed_lengths(args.input_tokens, args.output_tokens), ServerTokenizer(url, "demo"),
-                                api="completions", seed=1)
+        builder = CorpusBuilder(
+            fixed_lengths(args.input_tokens, args.output_tokens),
+            ServerTokenizer(url, "demo"),
+            api="completions",
+            seed=1,
+        )
         corpus = builder.build(n_prompts)
         # Output lengths vary around the mean, so closed-loop streams do not finish (and restart) in
         # lockstep waves, which would make TTFT depend on chance wave alignment.
@@ -360,18 +472,33 @@ def against_vllm_cpu(args, work: Path, model_dir: Path, vllm_client: VllmClient)
         # human turn goes to /v1/completions as is, and the output length is the token count of the
         # answer, written here to be exactly the prompt's output_tokens.
         answers = AnswerTexts(LocalTokenizer(str(model_dir)))
-        sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": p.text},
-                                                           {"from": "gpt", "value": answers.of(p.output_tokens)}]}
-                                        for p in corpus]))
+        sharegpt.write_text(
+            json.dumps(
+                [
+                    {
+                        "conversations": [
+                            {"from": "human", "value": p.text},
+                            {"from": "gpt", "value": answers.of(p.output_tokens)},
+                        ]
+                    }
+                    for p in corpus
+                ]
+            )
+        )
         lengths = sorted({p.prompt_tokens for p in corpus})
-        print(f"bench-loadgen: {n_prompts} prompts of {lengths[0]}-{lengths[-1]} tokens (target {args.input_tokens}), "
-              f"{low}-{high} output tokens, completions API, ignore_eos, prefix caching off", flush=True)
+        print(
+            f"bench-loadgen: {n_prompts} prompts of {lengths[0]}-{lengths[-1]} tokens (target {args.input_tokens}), "
+            f"{low}-{high} output tokens, completions API, ignore_eos, prefix caching off",
+            flush=True,
+        )
 
         def pair(concurrency: int, ours_first: bool = False) -> tuple[dict, dict]:
             # Enough requests that the first wave (all streams starting at once) is a small part.
             n = max(args.requests, 4 * concurrency)
-            runs = {"vllm": lambda: vllm_client.run(url, model_dir, sharegpt, n, concurrency),
-                    "loadgen": lambda: run_loadgen(url, prompts, n, concurrency, work)}
+            runs = {
+                "vllm": lambda: vllm_client.run(url, model_dir, sharegpt, n, concurrency),
+                "loadgen": lambda: run_loadgen(url, prompts, n, concurrency, work),
+            }
             order = ("loadgen", "vllm") if ours_first else ("vllm", "loadgen")
             done = {name: measure(runs[name], url) for name in order}
             return done["vllm"], done["loadgen"]
@@ -398,12 +525,16 @@ def against_vllm_cpu(args, work: Path, model_dir: Path, vllm_client: VllmClient)
         theirs_runs, ours_runs = [t for _, t in per_pair], [o for o, _ in per_pair]
         self_vllm = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(theirs_runs)]
         self_ours = [err_pct(b["ttft_p50"], a["ttft_p50"]) for a, b in itertools.pairwise(ours_runs)]
-        print(f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
-              f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
-              f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "
-              f"{', '.join(f'{e:+.1f}' for e in drift)} %")
-        print(f"  noise floor, ttft p50 of one run against the client's next run: vLLM's client "
-              f"{', '.join(f'{e:+.1f}' for e in self_vllm)} %; loadgen {', '.join(f'{e:+.1f}' for e in self_ours)} %")
+        print(
+            f"  error vs vLLM's client, median over pairs: ttft p50 {p50_err:+.2f} % "
+            f"({', '.join(f'{e:+.1f}' for e in p50_errs)}), p90 {p90_err:+.2f} % "
+            f"({', '.join(f'{e:+.1f}' for e in p90_errs)}); server-side TTFT p50 of our runs vs theirs: "
+            f"{', '.join(f'{e:+.1f}' for e in drift)} %"
+        )
+        print(
+            f"  noise floor, ttft p50 of one run against the client's next run: vLLM's client "
+            f"{', '.join(f'{e:+.1f}' for e in self_vllm)} %; loadgen {', '.join(f'{e:+.1f}' for e in self_ours)} %"
+        )
 
         max_streams = 0
         for level in levels:
@@ -416,13 +547,20 @@ def against_vllm_cpu(args, work: Path, model_dir: Path, vllm_client: VllmClient)
             v, o = results[level]
             level_err = p50_err if level == args.concurrency else err_pct(o["ttft_p50"], v["ttft_p50"])
             ok = o["cpu"] < CPU_LIMIT and abs(level_err) <= TTFT_TOLERANCE * 100 and not o["errors"]
-            print(f"  {level} streams: loadgen cpu {o['cpu'] * 100:.1f} % of a core, ttft p50 {level_err:+.2f} % "
-                  f"vs vLLM's client -> {'holds' if ok else 'over the limits'}", flush=True)
+            print(
+                f"  {level} streams: loadgen cpu {o['cpu'] * 100:.1f} % of a core, ttft p50 {level_err:+.2f} % "
+                f"vs vLLM's client -> {'holds' if ok else 'over the limits'}",
+                flush=True,
+            )
             if ok:
                 max_streams = max(max_streams, level)
 
-        return {"ttft_p50_err_pct": p50_err, "ttft_p90_err_pct": p90_err, "max_streams": max_streams,
-                "results": {str(k): {"vllm": v, "loadgen": o} for k, (v, o) in results.items()}}
+        return {
+            "ttft_p50_err_pct": p50_err,
+            "ttft_p90_err_pct": p90_err,
+            "max_streams": max_streams,
+            "results": {str(k): {"vllm": v, "loadgen": o} for k, (v, o) in results.items()},
+        }
     finally:
         stop(server)
 

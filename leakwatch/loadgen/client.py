@@ -39,8 +39,7 @@ def api_base_path(url: str) -> str:
 
 def request_body(api: str, model: str, content, max_tokens: int, ignore_eos: bool, extra: dict | None = None) -> bytes:
     """The JSON body of a streaming request; `content` is messages (chat) or a prompt string."""
-    body: dict = {"model": model, "stream": True, "max_tokens": max_tokens,
-                  "stream_options": {"include_usage": True}}
+    body: dict = {"model": model, "stream": True, "max_tokens": max_tokens, "stream_options": {"include_usage": True}}
     if api == "chat":
         body["messages"] = content
     else:
@@ -76,8 +75,9 @@ def error_message(body: bytes) -> str:
 class StreamingClient:
     """One connection to one server (Locust users each hold their own, like real clients)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None,
-                 connect_timeout: float = 10.0, request_timeout: float = 300.0):
+    def __init__(
+        self, base_url: str, api_key: str | None = None, connect_timeout: float = 10.0, request_timeout: float = 300.0
+    ):
         parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -86,9 +86,14 @@ class StreamingClient:
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._client_args = dict(
-            host=parts.hostname, port=parts.port, ssl=parts.scheme == "https",
-            connection_timeout=connect_timeout, network_timeout=request_timeout,
-            concurrency=1, headers=headers, insecure=False,
+            host=parts.hostname,
+            port=parts.port,
+            ssl=parts.scheme == "https",
+            connection_timeout=connect_timeout,
+            network_timeout=request_timeout,
+            concurrency=1,
+            headers=headers,
+            insecure=False,
         )
         self._http: HTTPClient | None = None
         self._idle_since: float | None = None  # when the kept-alive connection last finished a request
@@ -141,8 +146,12 @@ class StreamingClient:
             if "text/event-stream" not in ctype:
                 raw = response.read(ERROR_BODY_LIMIT)
                 result.response_bytes = len(raw)
-                return self._fail(result, "not_streaming",
-                                  f"HTTP 200 with content-type {ctype or 'none'!r} instead of text/event-stream", start)
+                return self._fail(
+                    result,
+                    "not_streaming",
+                    f"HTTP 200 with content-type {ctype or 'none'!r} instead of text/event-stream",
+                    start,
+                )
             self._read_events(response, result, chat, start, [] if keep_text else None)
         except GreenletExit:
             result.outcome = outcomes.CANCELLED
@@ -236,7 +245,9 @@ class StreamingClient:
             response.release()
             self._idle_since = time.monotonic()
 
-    def _fail(self, result: StreamResult, outcome: str, detail: str, start: float, end: float | None = None) -> StreamResult:
+    def _fail(
+        self, result: StreamResult, outcome: str, detail: str, start: float, end: float | None = None
+    ) -> StreamResult:
         result.outcome = outcome
         result.detail = detail
         result.e2e = (end if end is not None else time.perf_counter()) - start

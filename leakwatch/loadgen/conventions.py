@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import model_text
-from .. import profiles as model_profiles
+from .. import model_text, profiles as model_profiles
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,12 @@ class ClientConventions:
             return content
         if isinstance(content, str):
             return model_text.to_model_text(self.profile, content)
-        return [{**m, "content": model_text.to_model_text(self.profile, m["content"])}
-                if isinstance(m.get("content"), str) else m for m in content]
+        return [
+            {**m, "content": model_text.to_model_text(self.profile, m["content"])}
+            if isinstance(m.get("content"), str)
+            else m
+            for m in content
+        ]
 
     def completion(self, text: str) -> str:
         """Generated text as a person reads it."""
@@ -40,8 +43,11 @@ class ClientConventions:
         return model_text.request_fields(self.profile) if self.profile else {}
 
     def describe(self) -> dict:
-        return {"profile": self.name, "newline_token": self.profile.client.get("newline_token") if self.profile else None,
-                "request_fields": self.request_fields()}
+        return {
+            "profile": self.name,
+            "newline_token": self.profile.client.get("newline_token") if self.profile else None,
+            "request_fields": self.request_fields(),
+        }
 
 
 NONE = ClientConventions()

@@ -108,8 +108,11 @@ def _on_init(environment, runner, web_ui, **kwargs):
         raise SystemExit(2) from None
     missing = _missing_listeners()
     if missing:
-        log.error("the locustfile must use(%s) from leakwatch.loadgen.listeners (it chose: %s)", ", ".join(missing),
-                  ", ".join(c.__name__ for c in _chosen) or "none")
+        log.error(
+            "the locustfile must use(%s) from leakwatch.loadgen.listeners (it chose: %s)",
+            ", ".join(missing),
+            ", ".join(c.__name__ for c in _chosen) or "none",
+        )
         raise SystemExit(2)
     # Created here, after this module's own test_start listener, so the run is reset before they act.
     run.listeners = [cls(run) for cls in _chosen]

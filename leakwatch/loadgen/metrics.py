@@ -7,8 +7,8 @@ CSV that dashboards and rules are checked against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
@@ -54,12 +54,16 @@ class LoadgenCollector:
         stats = self._stats()
         name = PREFIX + "requests_total"
         requests = CounterMetricFamily(name[: -len("_total")], self._help(name), labels=["workload", "outcome"])
-        prompt = CounterMetricFamily(PREFIX + "prompt_tokens", self._help(PREFIX + "prompt_tokens_total"),
-                                     labels=["workload"])
-        output = CounterMetricFamily(PREFIX + "output_tokens", self._help(PREFIX + "output_tokens_total"),
-                                     labels=["workload"])
-        histograms = {suffix: HistogramMetricFamily(PREFIX + suffix, self._help(PREFIX + suffix), labels=["workload"])
-                      for suffix in HISTOGRAMS}
+        prompt = CounterMetricFamily(
+            PREFIX + "prompt_tokens", self._help(PREFIX + "prompt_tokens_total"), labels=["workload"]
+        )
+        output = CounterMetricFamily(
+            PREFIX + "output_tokens", self._help(PREFIX + "output_tokens_total"), labels=["workload"]
+        )
+        histograms = {
+            suffix: HistogramMetricFamily(PREFIX + suffix, self._help(PREFIX + suffix), labels=["workload"])
+            for suffix in HISTOGRAMS
+        }
         for workload, w in sorted(stats.workloads.items()):
             for outcome in OUTCOMES:
                 if outcome in w.outcomes:

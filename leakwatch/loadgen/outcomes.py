@@ -60,16 +60,16 @@ class StreamResult:
     outcome: str = OK
     detail: str = ""
     status: int = 0
-    start: float = 0.0            # perf_counter when the request was sent
-    ttft: float | None = None     # seconds to the first chunk carrying output
-    e2e: float = 0.0              # seconds to the end of the stream (or the failure)
+    start: float = 0.0  # perf_counter when the request was sent
+    ttft: float | None = None  # seconds to the first chunk carrying output
+    e2e: float = 0.0  # seconds to the end of the stream (or the failure)
     itls: list[float] = field(default_factory=list)  # gaps between output chunks
-    chunks: int = 0               # output chunks seen
-    output_tokens: int | None = None   # from the server's usage report
+    chunks: int = 0  # output chunks seen
+    output_tokens: int | None = None  # from the server's usage report
     prompt_tokens: int | None = None
     response_bytes: int = 0
-    retried: bool = False          # sent again after a kept-alive connection closed under it
-    text: str | None = None        # the generated text, when the sender asked to keep it
+    retried: bool = False  # sent again after a kept-alive connection closed under it
+    text: str | None = None  # the generated text, when the sender asked to keep it
 
     @property
     def ok(self) -> bool:

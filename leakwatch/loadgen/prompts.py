@@ -107,13 +107,13 @@ WORKLOADS = {
 @dataclass
 class Prompt:
     workload: str
-    content: list | str            # chat messages, or the prompt string for /v1/completions
-    prompt_tokens: int             # measured with the tokenizer (chat template included)
-    target_tokens: int             # what the distribution asked for (after scale, before the clamp)
-    output_tokens: int             # max_tokens of the request
+    content: list | str  # chat messages, or the prompt string for /v1/completions
+    prompt_tokens: int  # measured with the tokenizer (chat template included)
+    target_tokens: int  # what the distribution asked for (after scale, before the clamp)
+    output_tokens: int  # max_tokens of the request
     input_clamped: bool = False
     output_clamped: bool = False
-    repo: str | None = None        # code: the repository whose context leads the prompt
+    repo: str | None = None  # code: the repository whose context leads the prompt
 
     @property
     def text(self) -> str:
@@ -132,16 +132,96 @@ class Prompt:
 
 # -- text sources -------------------------------------------------------------------------------------
 
-_NAMES = ("Ada", "Bram", "Celeste", "Dorian", "Esme", "Fenwick", "Galen", "Hesper", "Isolde", "Jory",
-          "Kestrel", "Lysander", "Mira", "Nyx", "Orrin", "Perrin", "Quilla", "Rowan", "Sable", "Tamsin")
-_PLACES = ("the lighthouse", "the salt marsh", "the clockmaker's shop", "the frozen harbour", "the library",
-           "the orbital station", "the desert caravan", "the flooded city", "the mountain pass", "the night market")
-_ADJECTIVES = ("quiet", "ancient", "restless", "silver", "forgotten", "burning", "hollow", "gentle", "crooked",
-               "luminous", "bitter", "patient", "storm-dark", "velvet", "shattered", "distant")
-_NOUNS = ("lantern", "letter", "map", "engine", "garden", "bell", "compass", "mirror", "river", "song",
-          "promise", "door", "machine", "feather", "key", "tide", "signal", "window")
-_VERBS = ("carried", "found", "buried", "followed", "repaired", "remembered", "hid", "opened", "traded",
-          "watched", "answered", "broke", "stole", "painted", "guarded", "sold")
+_NAMES = (
+    "Ada",
+    "Bram",
+    "Celeste",
+    "Dorian",
+    "Esme",
+    "Fenwick",
+    "Galen",
+    "Hesper",
+    "Isolde",
+    "Jory",
+    "Kestrel",
+    "Lysander",
+    "Mira",
+    "Nyx",
+    "Orrin",
+    "Perrin",
+    "Quilla",
+    "Rowan",
+    "Sable",
+    "Tamsin",
+)
+_PLACES = (
+    "the lighthouse",
+    "the salt marsh",
+    "the clockmaker's shop",
+    "the frozen harbour",
+    "the library",
+    "the orbital station",
+    "the desert caravan",
+    "the flooded city",
+    "the mountain pass",
+    "the night market",
+)
+_ADJECTIVES = (
+    "quiet",
+    "ancient",
+    "restless",
+    "silver",
+    "forgotten",
+    "burning",
+    "hollow",
+    "gentle",
+    "crooked",
+    "luminous",
+    "bitter",
+    "patient",
+    "storm-dark",
+    "velvet",
+    "shattered",
+    "distant",
+)
+_NOUNS = (
+    "lantern",
+    "letter",
+    "map",
+    "engine",
+    "garden",
+    "bell",
+    "compass",
+    "mirror",
+    "river",
+    "song",
+    "promise",
+    "door",
+    "machine",
+    "feather",
+    "key",
+    "tide",
+    "signal",
+    "window",
+)
+_VERBS = (
+    "carried",
+    "found",
+    "buried",
+    "followed",
+    "repaired",
+    "remembered",
+    "hid",
+    "opened",
+    "traded",
+    "watched",
+    "answered",
+    "broke",
+    "stole",
+    "painted",
+    "guarded",
+    "sold",
+)
 _FEELINGS = ("hope", "dread", "curiosity", "grief", "relief", "wonder", "anger", "longing")
 _GENRES = ("fantasy", "science fiction", "mystery", "historical", "gothic", "adventure", "fable")
 _STYLES = ("lyrical", "terse", "humorous", "suspenseful", "dreamlike", "plain-spoken")
@@ -155,17 +235,25 @@ def story_paragraphs(rng: random.Random):
             name, other = rng.sample(_NAMES, 2)
             pattern = rng.randrange(4)
             if pattern == 0:
-                sentences.append(f"{name} {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} "
-                                 f"{rng.choice(_NOUNS)} near {rng.choice(_PLACES)}.")
+                sentences.append(
+                    f"{name} {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} "
+                    f"{rng.choice(_NOUNS)} near {rng.choice(_PLACES)}."
+                )
             elif pattern == 1:
-                sentences.append(f"In {rng.choice(_PLACES)}, {name} felt {rng.choice(_FEELINGS)} when "
-                                 f"{other} {rng.choice(_VERBS)} a {rng.choice(_NOUNS)}.")
+                sentences.append(
+                    f"In {rng.choice(_PLACES)}, {name} felt {rng.choice(_FEELINGS)} when "
+                    f"{other} {rng.choice(_VERBS)} a {rng.choice(_NOUNS)}."
+                )
             elif pattern == 2:
-                sentences.append(f'"Where is the {rng.choice(_NOUNS)}?" {name} asked, and {other} '
-                                 f"only {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}.")
+                sentences.append(
+                    f'"Where is the {rng.choice(_NOUNS)}?" {name} asked, and {other} '
+                    f"only {rng.choice(_VERBS)} the {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}."
+                )
             else:
-                sentences.append(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} had been "
-                                 f"{rng.choice(_VERBS)} long before {name} came to {rng.choice(_PLACES)}.")
+                sentences.append(
+                    f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} had been "
+                    f"{rng.choice(_VERBS)} long before {name} came to {rng.choice(_PLACES)}."
+                )
         yield " ".join(sentences)
 
 
@@ -186,9 +274,28 @@ class StoryText:
 
 # Standard-library packages used as code repositories, most popular first (a Zipf-like choice makes
 # some contexts repeat often, as a team's main repository does).
-REPOSITORIES = ("asyncio", "email", "http", "json", "logging", "concurrent", "importlib", "urllib",
-                "multiprocessing", "xml", "unittest", "collections", "sqlite3", "tomllib", "zoneinfo",
-                "wsgiref", "html", "xmlrpc", "dbm", "curses")
+REPOSITORIES = (
+    "asyncio",
+    "email",
+    "http",
+    "json",
+    "logging",
+    "concurrent",
+    "importlib",
+    "urllib",
+    "multiprocessing",
+    "xml",
+    "unittest",
+    "collections",
+    "sqlite3",
+    "tomllib",
+    "zoneinfo",
+    "wsgiref",
+    "html",
+    "xmlrpc",
+    "dbm",
+    "curses",
+)
 _SKIP_DIRS = {"test", "tests", "idle_test", "__pycache__"}
 
 
@@ -224,7 +331,7 @@ class RepositoryContext:
 
     def __init__(self, start: str, repos: tuple[str, ...]):
         self.name = start
-        order = repos[repos.index(start):] + repos[: repos.index(start)]
+        order = repos[repos.index(start) :] + repos[: repos.index(start)]
         self._files = [f for repo in order for f in repository_files(repo)]
         self._text = ""
         self._next = 0
@@ -256,11 +363,14 @@ _DEF = re.compile(r"^\s*def (\w+)\(", re.M)
 _FILE = re.compile(r"^### (\S+)$", re.M)
 
 CREATIVE_SYSTEM = "You are a novelist who continues stories in the author's voice."
-CODE_SYSTEM = ("You are a senior software engineer. The user pastes part of a repository, then asks "
-               "a question about it. Answer precisely and show code where it helps.")
+CODE_SYSTEM = (
+    "You are a senior software engineer. The user pastes part of a repository, then asks "
+    "a question about it. Answer precisely and show code where it helps."
+)
 
 
 # -- fitting a prompt to a token count -----------------------------------------------------------------
+
 
 class PromptFitter:
     """Grows or trims the variable part of a prompt until the tokenizer says it has the target length."""
@@ -324,18 +434,31 @@ class CorpusStats:
 
     def summary(self, workload: str, counter: TokenCounter, max_model_len: int | None) -> str:
         toks = sorted(self.prompt_tokens) or [0]
-        line = (f"{workload} corpus: {self.prompts} prompts, prompt tokens median {toks[len(toks) // 2]}, "
-                f"max {toks[-1]} (measured with {counter.description})")
+        line = (
+            f"{workload} corpus: {self.prompts} prompts, prompt tokens median {toks[len(toks) // 2]}, "
+            f"max {toks[-1]} (measured with {counter.description})"
+        )
         if self.input_clamped or self.output_clamped:
-            line += (f"; to fit max_model_len {max_model_len}: {self.input_clamped} prompts and "
-                     f"{self.output_clamped} outputs were shortened")
+            line += (
+                f"; to fit max_model_len {max_model_len}: {self.input_clamped} prompts and "
+                f"{self.output_clamped} outputs were shortened"
+            )
         return line
 
 
 class CorpusBuilder:
-    def __init__(self, spec: WorkloadSpec, counter: TokenCounter, *, api: str = "chat", seed: int = 0,
-                 scale: float = 1.0, output_scale: float = 1.0, max_model_len: int | None = None,
-                 max_output_tokens: int | None = None):
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        counter: TokenCounter,
+        *,
+        api: str = "chat",
+        seed: int = 0,
+        scale: float = 1.0,
+        output_scale: float = 1.0,
+        max_model_len: int | None = None,
+        max_output_tokens: int | None = None,
+    ):
         if scale <= 0 or output_scale <= 0:
             raise ValueError(f"length scales must be positive, not {scale} / {output_scale}")
         self.output_scale = output_scale
@@ -386,8 +509,10 @@ class CorpusBuilder:
     def _creative(self, rng: random.Random, goal: int, ceiling: int | None):
         genre, style = rng.choice(_GENRES), rng.choice(_STYLES)
         words = rng.randrange(300, 900, 50)
-        instruction = (f"Continue this {genre} story in a {style} style with about {words} words. Keep the "
-                       f"characters and places consistent and end on a turn the reader does not expect.")
+        instruction = (
+            f"Continue this {genre} story in a {style} style with about {words} words. Keep the "
+            f"characters and places consistent and end on a turn the reader does not expect."
+        )
         story = StoryText(rng.random())
 
         def render(chars: int):
@@ -442,11 +567,16 @@ def load_prompts_file(path: str | Path, api: str, default_output_tokens: int = 2
                 content = row.get("messages") or [{"role": "user", "content": text}]
             else:
                 content = text
-            prompts.append(Prompt(
-                workload=row.get("workload", "file"), content=content,
-                prompt_tokens=int(row.get("prompt_tokens") or 0), target_tokens=int(row.get("target_tokens") or 0),
-                output_tokens=int(row.get("output_tokens") or default_output_tokens), repo=row.get("repo"),
-            ))
+            prompts.append(
+                Prompt(
+                    workload=row.get("workload", "file"),
+                    content=content,
+                    prompt_tokens=int(row.get("prompt_tokens") or 0),
+                    target_tokens=int(row.get("target_tokens") or 0),
+                    output_tokens=int(row.get("output_tokens") or default_output_tokens),
+                    repo=row.get("repo"),
+                )
+            )
     if not prompts:
         raise ValueError(f"{path} holds no prompts")
     return prompts

@@ -103,8 +103,12 @@ class ReferenceServer:
                 except ValueError:
                     length = -1
                 if not 0 <= length <= MAX_BODY:
-                    await self._send_json(conn, 413 if length > 0 else 400,
-                                          {"error": {"message": "bad or too large content-length"}}, close=True)
+                    await self._send_json(
+                        conn,
+                        413 if length > 0 else 400,
+                        {"error": {"message": "bad or too large content-length"}},
+                        close=True,
+                    )
                     break
                 body = await conn.readexactly(length) if length else b""
                 keep = await self.route(method, target.split("?", 1)[0], headers, body, conn, received)
@@ -129,9 +133,22 @@ class ReferenceServer:
         if path == "/health":
             return await self._send(conn, 200, b"", "text/plain")
         if path == "/v1/models":
-            return await self._send_json(conn, 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "owned_by": "leakwatch", "root": self.model,
-                 "max_model_len": self.max_model_len}]})
+            return await self._send_json(
+                conn,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.model,
+                            "object": "model",
+                            "owned_by": "leakwatch",
+                            "root": self.model,
+                            "max_model_len": self.max_model_len,
+                        }
+                    ],
+                },
+            )
         if path == "/truth" and method == "GET":
             return await self._send_json(conn, 200, self.record)
         if path == "/truth/reset" and method == "POST":
@@ -149,7 +166,7 @@ class ReferenceServer:
         if data.get("model") not in (None, self.model):
             raise BadRequest(404, f"The model `{data.get('model')}` does not exist.")
         if not data.get("stream"):
-            raise BadRequest(400, "this reference server only streams (set \"stream\": true)")
+            raise BadRequest(400, 'this reference server only streams (set "stream": true)')
         tokens = data.get("max_tokens", data.get("max_completion_tokens", 16))
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise BadRequest(400, "max_tokens must be a positive integer")
@@ -184,19 +201,36 @@ class ReferenceServer:
         ttft, gaps = self.script.timings(key, n)
         # What arrived is kept too (the prompt's start, the sampling fields), so a test can see what a
         # client really sent.
-        entry = {"received": received, "tokens": [], "scripted_ttft": ttft, "prompt": request["text"][:PROMPT_KEPT],
-                 "fields": request["fields"]}
+        entry = {
+            "received": received,
+            "tokens": [],
+            "scripted_ttft": ttft,
+            "prompt": request["text"][:PROMPT_KEPT],
+            "fields": request["fields"],
+        }
         self.record[key] = entry
-        conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+        conn.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         chat = request["chat"]
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{key}"
         created = int(time.time())
-        base = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-                "model": self.model}
+        base = {
+            "id": rid,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": self.model,
+        }
         if chat:
-            self._event(conn, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                      "finish_reason": None}]})
+            self._event(
+                conn,
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                },
+            )
+
         # The chunks are encoded once per request: the server's own CPU per token stays small, so its
         # writes keep to the script at hundreds of streams.
         def encoded(text: str, finish) -> bytes:
@@ -227,8 +261,18 @@ class ReferenceServer:
                 await conn.drain()  # a slow reader: wait, as a real server's flow control does
         if request["usage"]:
             prompt_tokens = max(1, len(request["text"].split()))
-            self._event(conn, {**base, "choices": [], "usage": {
-                "prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}})
+            self._event(
+                conn,
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": prompt_tokens + n,
+                    },
+                },
+            )
         self._chunk(conn, b"data: [DONE]\n\n")
         conn.write(b"0\r\n\r\n")
         await conn.drain()
@@ -245,10 +289,18 @@ class ReferenceServer:
 
     @staticmethod
     async def _send(conn, status: int, body: bytes, ctype: str, close: bool = False) -> bool:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                  413: "Payload Too Large"}.get(status, "Error")
-        conn.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
-                     f"{'connection: close' + chr(13) + chr(10) if close else ''}\r\n".encode() + body)
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            413: "Payload Too Large",
+        }.get(status, "Error")
+        conn.write(
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
+            f"{'connection: close' + chr(13) + chr(10) if close else ''}\r\n".encode()
+            + body
+        )
         await conn.drain()
         return not close
 
@@ -268,9 +320,9 @@ class Connection:
         except OSError:  # not Linux: the arrival is when the loop reads it (the server's lag counts then)
             pass
         self.buffer = bytearray()
-        self.consumed = 0                      # stream offset of buffer[0]
+        self.consumed = 0  # stream offset of buffer[0]
         self.segments: list[tuple[int, float]] = []  # (stream offset, perf_counter arrival) of each recv
-        self.received = 0                      # stream offset after the last recv
+        self.received = 0  # stream offset after the last recv
         self.eof = False
         self.line_arrival = 0.0
         self.out = bytearray()
@@ -440,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     script = Script(args.ttft_median_ms / 1000, args.ttft_sigma, args.itl_mean_ms / 1000, args.itl_shape, args.seed)
     try:
         import uvloop  # what vLLM's own API server runs on; lower scheduling lag than asyncio's default loop
+
         uvloop.install()
     except ImportError:
         pass

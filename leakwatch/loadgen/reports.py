@@ -11,9 +11,27 @@ from pathlib import Path
 from .stats import RunStats
 
 REQUEST_LOG_FIELDS = (
-    "sent_unix", "process", "workload", "outcome", "detail", "status", "scheduled_s", "queue_delay_s",
-    "ttft_s", "e2e_s", "itl_mean_s", "itl_max_s", "tpot_s", "chunks", "prompt_tokens", "output_tokens",
-    "corpus_prompt_tokens", "target_prompt_tokens", "max_tokens", "repo", "retried",
+    "sent_unix",
+    "process",
+    "workload",
+    "outcome",
+    "detail",
+    "status",
+    "scheduled_s",
+    "queue_delay_s",
+    "ttft_s",
+    "e2e_s",
+    "itl_mean_s",
+    "itl_max_s",
+    "tpot_s",
+    "chunks",
+    "prompt_tokens",
+    "output_tokens",
+    "corpus_prompt_tokens",
+    "target_prompt_tokens",
+    "max_tokens",
+    "repo",
+    "retried",
     "request_id",
 )
 
@@ -56,14 +74,18 @@ def _table(rows: list[dict]) -> str:
 
 def html_section(stats: RunStats, notes: list[str]) -> str:
     """A self-contained block for Locust's HTML report (times in ms, 3 decimals)."""
-    style = ("<style>#leakwatch-loadgen{font-family:sans-serif;margin:2em}#leakwatch-loadgen table"
-             "{border-collapse:collapse;margin:1em 0}#leakwatch-loadgen td,#leakwatch-loadgen th"
-             "{border:1px solid #999;padding:2px 8px;text-align:right}</style>")
+    style = (
+        "<style>#leakwatch-loadgen{font-family:sans-serif;margin:2em}#leakwatch-loadgen table"
+        "{border-collapse:collapse;margin:1em 0}#leakwatch-loadgen td,#leakwatch-loadgen th"
+        "{border:1px solid #999;padding:2px 8px;text-align:right}</style>"
+    )
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-    return (f'{style}<section id="leakwatch-loadgen"><h2>Streaming latency at full precision (leakwatch)</h2>'
-            f"<p>Times in milliseconds, from the load generator's own records (Locust's tables above round "
-            f"response times).</p>{_table(stats.rows())}<h3>Requests and tokens</h3>{_table(stats.totals())}"
-            f"<ul>{items}</ul></section>")
+    return (
+        f'{style}<section id="leakwatch-loadgen"><h2>Streaming latency at full precision (leakwatch)</h2>'
+        f"<p>Times in milliseconds, from the load generator's own records (Locust's tables above round "
+        f"response times).</p>{_table(stats.rows())}<h3>Requests and tokens</h3>{_table(stats.totals())}"
+        f"<ul>{items}</ul></section>"
+    )
 
 
 def inject_html(report_html: str, section: str) -> str:

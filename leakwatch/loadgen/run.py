@@ -41,27 +41,29 @@ class LoadgenRun:
     def __init__(self, environment):
         self.env = environment
         runner = environment.runner
-        self.role = "master" if isinstance(runner, MasterRunner) else "worker" if isinstance(runner, WorkerRunner) else "local"
+        self.role = (
+            "master" if isinstance(runner, MasterRunner) else "worker" if isinstance(runner, WorkerRunner) else "local"
+        )
         self.stats = RunStats()
         self.options: LoadgenOptions | None = None
-        self.share = (0, 1)               # (index, count) of this worker among the workers
-        self.corpora: dict = {}           # workload -> PromptCycle (CorpusPreparation fills it)
-        self.conventions = None           # the model's ClientConventions (CorpusPreparation sets them)
+        self.share = (0, 1)  # (index, count) of this worker among the workers
+        self.corpora: dict = {}  # workload -> PromptCycle (CorpusPreparation fills it)
+        self.conventions = None  # the model's ClientConventions (CorpusPreparation sets them)
         self.conventions_info: dict | None = None  # what they are, for the summary (the master gets it from workers)
-        self.schedule = None              # the open-loop SharedSchedule (Sender)
+        self.schedule = None  # the open-loop SharedSchedule (Sender)
         self.model = ""
-        self.server = None                # tokens.ServerInfo from the probe
+        self.server = None  # tokens.ServerInfo from the probe
         self.notes: list[str] = []
-        self.samples: list[dict] = []     # a few completions per workload, as a person reads them
+        self.samples: list[dict] = []  # a few completions per workload, as a person reads them
         self.timeline_start: float | None = None
-        self.issued = 0                   # requests sent by this process (or, on the master, all)
+        self.issued = 0  # requests sent by this process (or, on the master, all)
         self.worker_issued: dict[str, int] = {}
-        self.keep_rows = False            # whether request-log rows are produced (Reports sets it)
+        self.keep_rows = False  # whether request-log rows are produced (Reports sets it)
         self.row_sink: Callable[[list[dict]], None] | None = None  # where rows go at once (else pending_rows)
         self.pending_rows: list[dict] = []
         self.cpu_at_start: float | None = None
         self.listeners: list = []
-        self.sender = None                # the Sender listener (the users send through it)
+        self.sender = None  # the Sender listener (the users send through it)
 
     # -- settings --------------------------------------------------------------------------------
 
@@ -150,16 +152,25 @@ class LoadgenRun:
     def summary(self) -> dict:
         opts = self.options
         out = self.stats.summary()
-        out.update({
-            "host": self.host, "model": self.model, "shape": opts.shape if opts else None,
-            "shape_description": opts.describe_shape() if opts else None, "notes": self.notes,
-            "quantiles": list(QUANTILES), "issued": self.issued,
-            "client_conventions": self.conventions_info,
-            "completion_samples": self.samples,
-        })
+        out.update(
+            {
+                "host": self.host,
+                "model": self.model,
+                "shape": opts.shape if opts else None,
+                "shape_description": opts.describe_shape() if opts else None,
+                "notes": self.notes,
+                "quantiles": list(QUANTILES),
+                "issued": self.issued,
+                "client_conventions": self.conventions_info,
+                "completion_samples": self.samples,
+            }
+        )
         if self.schedule is not None:
-            out["schedule"] = {"claimed": self.schedule.claimed, "exhausted": self.schedule.exhausted,
-                               "max_lateness_s": self.schedule.max_lateness,
-                               "mean_rate_per_s": opts.arrivals.mean_rate,
-                               "expected_arrivals": opts.arrivals.expected_count()}
+            out["schedule"] = {
+                "claimed": self.schedule.claimed,
+                "exhausted": self.schedule.exhausted,
+                "max_lateness_s": self.schedule.max_lateness,
+                "mean_rate_per_s": opts.arrivals.mean_rate,
+                "expected_arrivals": opts.arrivals.expected_count(),
+            }
         return out

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
-GENERATION_TOKENS = "vllm:generation_tokens"   # counter family name (samples end in _total)
+GENERATION_TOKENS = "vllm:generation_tokens"  # counter family name (samples end in _total)
 PROMPT_TOKENS = "vllm:prompt_tokens"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -20,7 +20,7 @@ WAITING = "vllm:num_requests_waiting"
 @dataclass
 class Snapshot:
     histograms: dict[str, dict[float, float]]  # family -> {le: cumulative count}, summed over label sets
-    values: dict[str, float]                   # counters (without _total) and gauges, summed
+    values: dict[str, float]  # counters (without _total) and gauges, summed
 
     def histogram(self, name: str) -> dict[float, float]:
         return self.histograms.get(name, {})
@@ -53,9 +53,9 @@ def delta(before: dict[float, float], after: dict[float, float]) -> dict[float, 
 
 @dataclass(frozen=True)
 class BucketQuantile:
-    lower: float      # lower edge of the bucket holding the quantile
-    upper: float      # its upper edge
-    estimate: float   # linear interpolation inside the bucket, as PromQL's histogram_quantile does
+    lower: float  # lower edge of the bucket holding the quantile
+    upper: float  # its upper edge
+    estimate: float  # linear interpolation inside the bucket, as PromQL's histogram_quantile does
 
 
 def quantile(buckets: dict[float, float], q: float) -> BucketQuantile | None:

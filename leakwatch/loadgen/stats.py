@@ -18,12 +18,74 @@ from .outcomes import OK, StreamResult
 
 # vLLM's own histogram edges (vllm/v1/metrics/buckets.py, release in config/stack.yaml), so client and
 # server histograms compare bucket for bucket; tests/loadgen check them against a live /metrics.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 # metric key -> (label in tables, bucket edges)
 METRICS = {
@@ -68,8 +130,12 @@ class WorkloadStats:
         return sum(self.outcomes.values())
 
     def to_wire(self) -> dict:
-        return {"dists": {k: v.to_wire() for k, v in self.dists.items()}, "outcomes": dict(self.outcomes),
-                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
+        return {
+            "dists": {k: v.to_wire() for k, v in self.dists.items()},
+            "outcomes": dict(self.outcomes),
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+        }
 
     def merge_wire(self, wire: dict) -> None:
         for key, dist in wire["dists"].items():
@@ -84,10 +150,10 @@ class RunStats:
         self.workloads: dict[str, WorkloadStats] = {}
         self.started = time.time()
         self.stopped: float | None = None
-        self.in_flight = 0            # streams open now (this process, or the sum the workers reported)
+        self.in_flight = 0  # streams open now (this process, or the sum the workers reported)
         self.max_in_flight = 0
         self.worker_in_flight: dict[str, int] = {}
-        self.cpu_seconds: dict[str, float] = {}   # process -> CPU seconds during the test
+        self.cpu_seconds: dict[str, float] = {}  # process -> CPU seconds during the test
 
     def workload(self, name: str) -> WorkloadStats:
         stats = self.workloads.get(name)
@@ -110,8 +176,12 @@ class RunStats:
 
     def take_delta(self) -> dict:
         """What a worker sends with a stats report; its counters start again from zero."""
-        wire = {"workloads": {name: w.to_wire() for name, w in self.workloads.items()},
-                "in_flight": self.in_flight, "max_in_flight": self.max_in_flight, "cpu_seconds": self.cpu_seconds}
+        wire = {
+            "workloads": {name: w.to_wire() for name, w in self.workloads.items()},
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "cpu_seconds": self.cpu_seconds,
+        }
         self.workloads = {}
         self.max_in_flight = self.in_flight
         return wire
@@ -140,8 +210,13 @@ class RunStats:
             w = self.workloads[name]
             for key, (label, _) in METRICS.items():
                 d = w.dists[key]
-                row = {"workload": name, "metric": label, "count": d.count,
-                       "mean": _ms(d.mean), "min": _ms(d.min if d.count else math.nan)}
+                row = {
+                    "workload": name,
+                    "metric": label,
+                    "count": d.count,
+                    "mean": _ms(d.mean),
+                    "min": _ms(d.min if d.count else math.nan),
+                }
                 for q in QUANTILES:
                     row[_qkey(q)] = _ms(d.quantile(q))
                 row["max"] = _ms(d.max if d.count else math.nan)
@@ -155,14 +230,20 @@ class RunStats:
         for name in sorted(self.workloads):
             w = self.workloads[name]
             failures = {k: v for k, v in w.outcomes.items() if k not in (OK, "cancelled")}
-            out.append({
-                "workload": name, "requests": w.requests, "ok": w.outcomes.get(OK, 0),
-                "failed": sum(failures.values()), "cancelled": w.outcomes.get("cancelled", 0),
-                "failures": ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "-",
-                "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
-                "requests_per_s": round(w.outcomes.get(OK, 0) / elapsed, 3),
-                "output_tokens_per_s": round(w.output_tokens / elapsed, 1),
-            })
+            out.append(
+                {
+                    "workload": name,
+                    "requests": w.requests,
+                    "ok": w.outcomes.get(OK, 0),
+                    "failed": sum(failures.values()),
+                    "cancelled": w.outcomes.get("cancelled", 0),
+                    "failures": ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "-",
+                    "prompt_tokens": w.prompt_tokens,
+                    "output_tokens": w.output_tokens,
+                    "requests_per_s": round(w.outcomes.get(OK, 0) / elapsed, 3),
+                    "output_tokens_per_s": round(w.output_tokens / elapsed, 1),
+                }
+            )
         return out
 
     def csv_text(self) -> str:
@@ -182,14 +263,22 @@ class RunStats:
 
     def summary(self) -> dict:
         """Everything at full precision (seconds), for --loadgen-summary and the benchmark."""
-        out = {"elapsed_s": self.elapsed(), "max_in_flight": self.max_in_flight,
-               "cpu_seconds": dict(self.cpu_seconds), "workloads": {}}
+        out = {
+            "elapsed_s": self.elapsed(),
+            "max_in_flight": self.max_in_flight,
+            "cpu_seconds": dict(self.cpu_seconds),
+            "workloads": {},
+        }
         for name, w in self.workloads.items():
-            entry = {"outcomes": dict(w.outcomes), "prompt_tokens": w.prompt_tokens,
-                     "output_tokens": w.output_tokens}
+            entry = {"outcomes": dict(w.outcomes), "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens}
             for key, d in w.dists.items():
-                entry[key] = {"count": d.count, "mean": _num(d.mean), "min": _num(d.min), "max": _num(d.max),
-                              **{_qkey(q): _num(d.quantile(q)) for q in QUANTILES}}
+                entry[key] = {
+                    "count": d.count,
+                    "mean": _num(d.mean),
+                    "min": _num(d.min),
+                    "max": _num(d.max),
+                    **{_qkey(q): _num(d.quantile(q)) for q in QUANTILES},
+                }
             out["workloads"][name] = entry
         return out
 

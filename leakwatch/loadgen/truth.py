@@ -30,11 +30,34 @@ REL_TOLERANCE = 0.05
 
 
 def start(port: int, log_path: Path, seed: int = 0) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "leakwatch.loadgen.reference_server", "--host", "127.0.0.1", "--port", str(port),
-           "--model", MODEL, "--ttft-median-ms", str(TTFT_MEDIAN_MS), "--ttft-sigma", str(TTFT_SIGMA),
-           "--itl-mean-ms", str(ITL_MEAN_MS), "--itl-shape", str(ITL_SHAPE), "--seed", str(seed)]
-    proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "leakwatch.loadgen.reference_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        MODEL,
+        "--ttft-median-ms",
+        str(TTFT_MEDIAN_MS),
+        "--ttft-sigma",
+        str(TTFT_SIGMA),
+        "--itl-mean-ms",
+        str(ITL_MEAN_MS),
+        "--itl-shape",
+        str(ITL_SHAPE),
+        "--seed",
+        str(seed),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -95,14 +118,22 @@ def judge(run: dict, record: dict) -> dict:
     # How late the server itself was against its script (its truth stays what it did, but a late
     # server means a loaded machine).
     late = [truth_of(e)[0] - e["scripted_ttft"] for e in record.values() if e["tokens"] and "scripted_ttft" in e]
-    out = {"client": run["client"], "paired": len(pairs), "completed": run["completed"], "records": len(record),
-           "per_request_err_p50": float(np.median(client - truth)),
-           "server_late_p90": float(np.percentile(late, 90)) if late else float("nan")}
+    out = {
+        "client": run["client"],
+        "paired": len(pairs),
+        "completed": run["completed"],
+        "records": len(record),
+        "per_request_err_p50": float(np.median(client - truth)),
+        "server_late_p90": float(np.percentile(late, 90)) if late else float("nan"),
+    }
     for q in (50, 90):
         c, t = float(np.percentile(client, q)), float(np.percentile(truth, q))
         out[f"ttft_p{q}"], out[f"truth_ttft_p{q}"], out[f"ttft_p{q}_err"] = c, t, c - t
     out["itl_p50"], out["itl_p90"] = itl_p50, itl_p90
-    out["truth_itl_p50"], out["truth_itl_p90"] = float(np.percentile(truth_itls, 50)), float(np.percentile(truth_itls, 90))
+    out["truth_itl_p50"], out["truth_itl_p90"] = (
+        float(np.percentile(truth_itls, 50)),
+        float(np.percentile(truth_itls, 90)),
+    )
     out["itl_p50_err"], out["itl_p90_err"] = itl_p50 - out["truth_itl_p50"], itl_p90 - out["truth_itl_p90"]
     return out
 
@@ -113,15 +144,19 @@ def within_tolerance(err_s: float, truth_s: float) -> bool:
 
 def line(label: str, runs: list[dict]) -> str:
     """A client's figures at one level over its runs: the median error, and the run-to-run spread."""
+
     def ms(key):
         values = [r[key] * 1000 for r in runs]
         return f"{np.median(values):+7.2f} ms (spread {max(values) - min(values):5.2f})"
+
     t50 = np.median([r["truth_ttft_p50"] for r in runs]) * 1000
     t90 = np.median([r["truth_ttft_p90"] for r in runs]) * 1000
-    return (f"  {label:<8} ttft p50 err {ms('ttft_p50_err')} of {t50:6.1f}, p90 err {ms('ttft_p90_err')} of {t90:6.1f}; "
-            f"itl p50 err {ms('itl_p50_err')}, p90 err {ms('itl_p90_err')}; "
-            f"paired {sum(r['paired'] for r in runs)}/{sum(r['completed'] for r in runs)}; "
-            f"server behind its script p90 {np.median([r['server_late_p90'] for r in runs]) * 1000:.1f} ms")
+    return (
+        f"  {label:<8} ttft p50 err {ms('ttft_p50_err')} of {t50:6.1f}, p90 err {ms('ttft_p90_err')} of {t90:6.1f}; "
+        f"itl p50 err {ms('itl_p50_err')}, p90 err {ms('itl_p90_err')}; "
+        f"paired {sum(r['paired'] for r in runs)}/{sum(r['completed'] for r in runs)}; "
+        f"server behind its script p90 {np.median([r['server_late_p90'] for r in runs]) * 1000:.1f} ms"
+    )
 
 
 def median_err(runs: list[dict], key: str) -> float:

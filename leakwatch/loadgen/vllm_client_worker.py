@@ -23,8 +23,7 @@ def _cpu() -> float:
 
 
 def main() -> int:
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as serve_main
+    from vllm.benchmarks.serve import add_cli_args, main as serve_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     out = sys.stdout
@@ -45,16 +44,28 @@ def main() -> int:
         cpu1, wall1 = _cpu(), time.perf_counter()
         # Per request, for pairing with a reference server's record: its first generated word is the
         # request's key there (leakwatch.loadgen.reference_server).
-        paired = [{"key": (text or "").split()[0], "ttft": ttft, "itls": itl}
-                  for text, ttft, itl in zip(result["generated_texts"], result["ttfts"], result["itls"])
-                  if ttft and (text or "").split()]
-        print(json.dumps({
-            "requests": paired,
-            "duration": result["duration"], "completed": result["completed"],
-            "output_tokens": sum(n for n in result["output_lens"] if n),
-            "ttfts": [t for t in result["ttfts"] if t], "itls": [g for itl in result["itls"] for g in itl],
-            "errors": [e for e in result["errors"] if e][:5], "cpu_seconds": cpu1 - cpu0, "wall_s": wall1 - wall0,
-        }), file=out, flush=True)
+        paired = [
+            {"key": (text or "").split()[0], "ttft": ttft, "itls": itl}
+            for text, ttft, itl in zip(result["generated_texts"], result["ttfts"], result["itls"])
+            if ttft and (text or "").split()
+        ]
+        print(
+            json.dumps(
+                {
+                    "requests": paired,
+                    "duration": result["duration"],
+                    "completed": result["completed"],
+                    "output_tokens": sum(n for n in result["output_lens"] if n),
+                    "ttfts": [t for t in result["ttfts"] if t],
+                    "itls": [g for itl in result["itls"] for g in itl],
+                    "errors": [e for e in result["errors"] if e][:5],
+                    "cpu_seconds": cpu1 - cpu0,
+                    "wall_s": wall1 - wall0,
+                }
+            ),
+            file=out,
+            flush=True,
+        )
     return 0
 
 

@@ -11,9 +11,19 @@ from flask import make_response, request
 from . import reports
 
 TAB = "leakwatch"
-COLUMNS = (("workload", "Workload"), ("metric", "Metric"), ("count", "# samples"), ("mean", "Mean (ms)"),
-           ("min", "Min (ms)"), ("p50", "p50 (ms)"), ("p90", "p90 (ms)"), ("p95", "p95 (ms)"), ("p99", "p99 (ms)"),
-           ("p999", "p99.9 (ms)"), ("max", "Max (ms)"))
+COLUMNS = (
+    ("workload", "Workload"),
+    ("metric", "Metric"),
+    ("count", "# samples"),
+    ("mean", "Mean (ms)"),
+    ("min", "Min (ms)"),
+    ("p50", "p50 (ms)"),
+    ("p90", "p90 (ms)"),
+    ("p95", "p95 (ms)"),
+    ("p99", "p99 (ms)"),
+    ("p999", "p99.9 (ms)"),
+    ("max", "Max (ms)"),
+)
 
 
 def install(web_ui, run) -> None:

@@ -8,8 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import profiles as model_profiles
-from .. import vllm_key, webauth
+from .. import profiles as model_profiles, vllm_key, webauth
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
@@ -28,10 +27,10 @@ DEBIAN_BINARIES = {
 
 @dataclass(frozen=True)
 class Program:
-    name: str                 # supervisor program name and log file name
-    service: str              # the service in config/stack.yaml whose port it listens on
+    name: str  # supervisor program name and log file name
+    service: str  # the service in config/stack.yaml whose port it listens on
     command: list[str]
-    health_path: str          # GET on 127.0.0.1:<port><health_path> returns 200 when ready
+    health_path: str  # GET on 127.0.0.1:<port><health_path> returns 200 when ready
     environment: dict[str, str] = field(default_factory=dict)
     stop_wait_s: int = 10
     ready_timeout_s: int = 60
@@ -67,14 +66,19 @@ def vllm_program(
     key_file = vllm_key.stack_key_file(layout.secrets)
     if key_file:
         vllm_key.read(key_file)  # a missing or weak key is a clear error now, not a FATAL vLLM later
-    launcher = ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else \
-        ["-m", "vllm.entrypoints.openai.api_server"]
+    launcher = (
+        ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else ["-m", "vllm.entrypoints.openai.api_server"]
+    )
     command = [
-        sys.executable, *launcher,
+        sys.executable,
+        *launcher,
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),
-        "--host", settings.bind_address,
-        "--port", str(port),
-        "--shutdown-timeout", str(shutdown_timeout),
+        "--host",
+        settings.bind_address,
+        "--port",
+        str(port),
+        "--shutdown-timeout",
+        str(shutdown_timeout),
         *(extra_args or []),
     ]
     return Program(
@@ -153,15 +157,25 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
         name="healer",
         service="healer",
         command=[
-            sys.executable, "-m", "leakwatch", "heal",
-            "--listen", settings.bind_address,
-            "--port", str(settings.service("healer").port),
-            "--token-file", str(layout.healer_token),
-            "--supervisor-socket", str(layout.supervisor_socket),
-            "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
-            "--state-file", str(layout.data / "healer" / "state.json"),
+            sys.executable,
+            "-m",
+            "leakwatch",
+            "heal",
+            "--listen",
+            settings.bind_address,
+            "--port",
+            str(settings.service("healer").port),
+            "--token-file",
+            str(layout.healer_token),
+            "--supervisor-socket",
+            str(layout.supervisor_socket),
+            "--vllm-url",
+            f"http://127.0.0.1:{settings.service('vllm').port}",
+            "--state-file",
+            str(layout.data / "healer" / "state.json"),
             # Alerts about another exporter (another host's, a forged one) never restart this stack's vLLM.
-            "--target", f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
+            "--target",
+            f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
         ],
         health_path="/healthz",
     )
@@ -174,11 +188,18 @@ def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
         name="leakwatch-exporter",
         service="leakwatch_exporter",
         command=[
-            sys.executable, "-m", "leakwatch", "exporter",
-            "--vllm-url", f"http://127.0.0.1:{settings.service('vllm').port}",
-            "--listen-address", settings.bind_address,
-            "--port", str(settings.service("leakwatch_exporter").port),
-            "--state-file", str(layout.data / "leakwatch-exporter.json"),
+            sys.executable,
+            "-m",
+            "leakwatch",
+            "exporter",
+            "--vllm-url",
+            f"http://127.0.0.1:{settings.service('vllm').port}",
+            "--listen-address",
+            settings.bind_address,
+            "--port",
+            str(settings.service("leakwatch_exporter").port),
+            "--state-file",
+            str(layout.data / "leakwatch-exporter.json"),
         ],
         health_path=HEALTH_PATH,
     )

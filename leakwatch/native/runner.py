@@ -17,8 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import demo_model, webauth
-from .. import profiles as model_profiles
+from .. import demo_model, profiles as model_profiles, webauth
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
 from ..generate.alertmanager_config import native_alertmanager_config
@@ -86,7 +85,9 @@ class NativeStack:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise LeakwatchError(f"another leakwatch command is starting or stopping the stack in {self.layout.root}") from None
+                raise LeakwatchError(
+                    f"another leakwatch command is starting or stopping the stack in {self.layout.root}"
+                ) from None
             yield
 
     # -- up ----------------------------------------------------------------------------------------
@@ -163,8 +164,9 @@ class NativeStack:
             self._print_urls(profile, out)
             return info
 
-    def _render_configs(self, programs: list[Program], rules_dir: Path | None = None,
-                        alertmanager_config: dict | None = None) -> None:
+    def _render_configs(
+        self, programs: list[Program], rules_dir: Path | None = None, alertmanager_config: dict | None = None
+    ) -> None:
         settings = self.settings
         password_file, _ = webauth.ensure(self.layout.secrets)  # Prometheus's and Alertmanager's basic auth
         prom = prometheus_config(

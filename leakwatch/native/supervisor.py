@@ -54,7 +54,7 @@ def render_conf(layout: StateLayout, programs: list[Program], base_env: dict[str
         lines += [
             f"[program:{prog.name}]",
             f"command={_quote(shlex.join(prog.command))}",
-            *( [f"environment={_environment(prog.environment)}"] if prog.environment else [] ),
+            *([f"environment={_environment(prog.environment)}"] if prog.environment else []),
             "autostart=true",
             "autorestart=true",
             # A process that dies within startsecs counts as a failed start; after startretries

@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         from . import plots
     except ImportError:  # pragma: no cover - depends on the installed extras
-        raise LeakwatchError("leakwatch report needs matplotlib: pip install 'leakwatch[report]' (make setup does)") from None
+        raise LeakwatchError(
+            "leakwatch report needs matplotlib: pip install 'leakwatch[report]' (make setup does)"
+        ) from None
     from .page import render
 
     start, end = resolve(None, args.end, PERIODS[args.period])
@@ -54,17 +56,33 @@ def run(args: argparse.Namespace) -> int:
     url = args.prometheus or default_prometheus_url()
     alerts = firing_intervals(Prometheus(url), start, end, result.step)
 
-    figures = [("memory-trend", "Memory per series over the period: every sample (grey), the samples after "
-                "warm-up (blue) and the fitted bytes-per-request slope (red/green); dashed lines mark restarts "
-                "and gaps.", plots.memory_trend(result))]
+    figures = [
+        (
+            "memory-trend",
+            "Memory per series over the period: every sample (grey), the samples after "
+            "warm-up (blue) and the fitted bytes-per-request slope (red/green); dashed lines mark restarts "
+            "and gaps.",
+            plots.memory_trend(result),
+        )
+    ]
     analysed = [r for r in result.series if r.points]
     if analysed:
         primary = max(analysed, key=lambda r: (r.verdict == "LEAK", r.bytes_per_request.estimate or 0))
-        figures.append(("requests-vs-memory", f"Request rate against memory, and {primary.series.key} against "
-                        "requests served: a leak is a straight line in the lower plot.",
-                        plots.requests_vs_memory(result, primary)))
-    figures.append(("breakdown", "Per-role breakdown: which vLLM process (API server, EngineCore, workers) or GPU "
-                    "holds the memory.", plots.breakdown(result)))
+        figures.append(
+            (
+                "requests-vs-memory",
+                f"Request rate against memory, and {primary.series.key} against "
+                "requests served: a leak is a straight line in the lower plot.",
+                plots.requests_vs_memory(result, primary),
+            )
+        )
+    figures.append(
+        (
+            "breakdown",
+            "Per-role breakdown: which vLLM process (API server, EngineCore, workers) or GPU holds the memory.",
+            plots.breakdown(result),
+        )
+    )
     figures.append(("alerts", "Alert timeline: when each alert was firing.", plots.alert_timeline(result, alerts)))
 
     title = f"leakwatch {'daily' if args.period == 'day' else 'weekly'} memory report"

@@ -46,8 +46,9 @@ def _fitted(r: SeriesResult) -> np.ndarray:
 
 def _mark_restarts(ax, result: CheckResult) -> None:
     for i, when in enumerate(result.segments.boundaries):
-        ax.axvline(_dates([when])[0], color="#7f8c8d", linestyle="--", linewidth=0.8,
-                   label="restart / gap" if i == 0 else None)
+        ax.axvline(
+            _dates([when])[0], color="#7f8c8d", linestyle="--", linewidth=0.8, label="restart / gap" if i == 0 else None
+        )
 
 
 def memory_trend(result: CheckResult) -> bytes:
@@ -60,8 +61,13 @@ def memory_trend(result: CheckResult) -> bytes:
         if r.points:
             ax.plot(_dates(r.t), _gb(r.memory), ".", markersize=2, color="#2471a3", label="after warm-up")
         if r.request_fit is not None and r.request_fit.ok:
-            ax.plot(_dates(r.t), _gb(_fitted(r)), color=VERDICT_COLOURS.get(r.verdict, INCONCLUSIVE_COLOUR),
-                    linewidth=2, label="fitted slope")
+            ax.plot(
+                _dates(r.t),
+                _gb(_fitted(r)),
+                color=VERDICT_COLOURS.get(r.verdict, INCONCLUSIVE_COLOUR),
+                linewidth=2,
+                label="fitted slope",
+            )
         _mark_restarts(ax, result)
         ax.set_title(f"{r.series.key}: {r.verdict}", loc="left", fontsize=10)
         ax.set_ylabel("GB")
@@ -109,8 +115,9 @@ def requests_vs_memory(result: CheckResult, primary: SeriesResult) -> bytes:
             bottom.plot(primary.requests[m][order], _gb(_fitted(primary)[m][order]), color="#c0392b", linewidth=1.5)
     bottom.set_xlabel("requests served since the process started")
     bottom.set_ylabel("GB")
-    bottom.set_title(f"{primary.series.key} against requests served (red: fitted bytes per request)", loc="left",
-                     fontsize=10)
+    bottom.set_title(
+        f"{primary.series.key} against requests served (red: fitted bytes per request)", loc="left", fontsize=10
+    )
     bottom.grid(alpha=0.3)
     if len(np.unique(primary.segment_ids)) > 1:
         bottom.legend(fontsize=8)
@@ -122,8 +129,11 @@ def breakdown(result: CheckResult) -> bytes:
     """Host memory per vLLM process role and GPU memory per device/role, side by side in time."""
     plt = _pyplot()
     kinds = [k for k in ("host", "gpu", "gpu_process") if any(r.series.kind == k for r in result.series)]
-    titles = {"host": "host memory per vLLM process role (RSS + swap)", "gpu": "GPU memory per device",
-              "gpu_process": "GPU memory per device and vLLM process role"}
+    titles = {
+        "host": "host memory per vLLM process role (RSS + swap)",
+        "gpu": "GPU memory per device",
+        "gpu_process": "GPU memory per device and vLLM process role",
+    }
     fig, axes = plt.subplots(len(kinds), 1, figsize=(11, 3.2 * len(kinds)), sharex=True, squeeze=False)
     for ax, kind in zip(axes[:, 0], kinds):
         for r in (r for r in result.series if r.series.kind == kind):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..heal import config as healer_config
 from .. import profiles as model_profiles
+from ..heal import config as healer_config
 from .promql import by, fill
 from .recording import Context
 from .thresholds import MIB, format_duration, number
@@ -77,100 +77,120 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
 
     for severity, key in (("warning", "level_warning_headroom_share"), ("critical", "level_critical_headroom_share")):
         share = util + g.num(key) * (1 - util)
-        alerts.append(Alert(
-            "GPUMemoryHigh", severity,
-            f"{ctx.gpu_used} / {ctx.gpu_total} > {number(round(share, 4))}",
-            g.dur("level_for"),
-            "A GPU's memory is close to full, beyond what vLLM preallocated.",
-            fill(
-                f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates <util> of the "
-                "card at start-up; this alert fires when <used> of the headroom above that is gone.",
-                util=f"{util:.0%}", used=f"{g.num(key):.0%}",
-            ),
-        ))
+        alerts.append(
+            Alert(
+                "GPUMemoryHigh",
+                severity,
+                f"{ctx.gpu_used} / {ctx.gpu_total} > {number(round(share, 4))}",
+                g.dur("level_for"),
+                "A GPU's memory is close to full, beyond what vLLM preallocated.",
+                fill(
+                    f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates <util> of the "
+                    "card at start-up; this alert fires when <used> of the headroom above that is gone.",
+                    util=f"{util:.0%}",
+                    used=f"{g.num(key):.0%}",
+                ),
+            )
+        )
 
     fast_s = g.seconds("fast_window")
     fast_requests = ctx.requests("gpu", "fast_window")
     restarted = ctx.restarted_within(fast_s, "gpu")
     per_request = number(g.num("fast_min_mib_per_request") * MIB)
-    alerts.append(Alert(
-        "GPUMemoryLeakSuspected", "warning",
-        f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
-        f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-        f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
-        f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-        f"unless {ctx.on_host()} {restarted}",
-        g.dur("fast_for"),
-        "A GPU's memory grows with every request: a leak, not a one-time step.",
-        fill(
-            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
-            "(growth in most of its slices: a one-time step does not count).",
-            window=g.dur("fast_window"),
-        ),
-    ))
-    alerts.append(Alert(
-        "GPUMemoryLeakSuspected", "critical",
-        f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
-        f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-        f"unless {ctx.on_host()} {restarted}",
-        g.dur("fast_for"),
-        "A GPU's memory grows with every request: a leak, not a one-time step.",
-        f"{CARD} keeps growing and is full in {{{{ $value | humanizeDuration }}}} at the rate of the last "
-        f"{g.dur('fast_window')}. The healer drains and restarts vLLM before the out-of-memory error does.",
-        remediate=True,
-    ))
+    alerts.append(
+        Alert(
+            "GPUMemoryLeakSuspected",
+            "warning",
+            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+            f"unless {ctx.on_host()} {restarted}",
+            g.dur("fast_for"),
+            "A GPU's memory grows with every request: a leak, not a one-time step.",
+            fill(
+                f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
+                "(growth in most of its slices: a one-time step does not count).",
+                window=g.dur("fast_window"),
+            ),
+        )
+    )
+    alerts.append(
+        Alert(
+            "GPUMemoryLeakSuspected",
+            "critical",
+            f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
+            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"unless {ctx.on_host()} {restarted}",
+            g.dur("fast_for"),
+            "A GPU's memory grows with every request: a leak, not a one-time step.",
+            f"{CARD} keeps growing and is full in {{{{ $value | humanizeDuration }}}} at the rate of the last "
+            f"{g.dur('fast_window')}. The healer drains and restarts vLLM before the out-of-memory error does.",
+            remediate=True,
+        )
+    )
 
     slow_s = g.seconds("slow_window")
     slow_requests = ctx.requests("gpu", "slow_window")
-    alerts.append(Alert(
-        "GPUMemoryGrowthPerRequest", "warning",
-        f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
-        f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
-        f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
-        f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
-        f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
-        f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
-        g.dur("slow_for"),
-        "A GPU's memory grows slowly but steadily with the requests served.",
-        fill(
-            f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
-            "(growth in most of its slices). Times your requests per day, that is the daily growth.",
-            window=g.dur("slow_window"),
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "GPUMemoryGrowthPerRequest",
+            "warning",
+            f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
+            f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
+            f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
+            f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
+            f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
+            f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
+            g.dur("slow_for"),
+            "A GPU's memory grows slowly but steadily with the requests served.",
+            fill(
+                f"{CARD} gained {{{{ $value | humanize1024 }}}}B per request served over the last <window> "
+                "(growth in most of its slices). Times your requests per day, that is the daily growth.",
+                window=g.dur("slow_window"),
+            ),
+        )
+    )
 
-    alerts.append(Alert(
-        "GPUProcessMemoryLeak", "warning",
-        f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
-        f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-        f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
-        f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-        f"unless {ctx.on_host()} {restarted}",
-        g.dur("fast_for"),
-        "A vLLM process's GPU memory grows with every request.",
-        fill(
-            f"{ROLE} holds {{{{ $value | humanize1024 }}}}B more GPU memory on GPU {{{{ $labels.gpu }}}} per "
-            "request served over the last <window> (growth in most of its slices).",
-            window=g.dur("fast_window"),
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "GPUProcessMemoryLeak",
+            "warning",
+            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+            f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+            f"unless {ctx.on_host()} {restarted}",
+            g.dur("fast_for"),
+            "A vLLM process's GPU memory grows with every request.",
+            fill(
+                f"{ROLE} holds {{{{ $value | humanize1024 }}}}B more GPU memory on GPU {{{{ $labels.gpu }}}} per "
+                "request served over the last <window> (growth in most of its slices).",
+                window=g.dur("fast_window"),
+            ),
+        )
+    )
 
-    alerts.append(Alert(
-        "VRAMRetentionHigh", "warning",
-        f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
-        f"and on (instance, job, gpu) "
-        f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
-        f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
-        g.dur("retention_for"),
-        "GPU memory taken during requests is not given back, and it accumulates.",
-        fill(
-            "GPU {{ $labels.gpu }} on {{ $labels.instance }} still holds {{ $value | humanizePercentage }} of "
-            "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
-            "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
-            "last <window>.",
-            mib=number(g.num("retention_min_growth_mib_per_hour")), window=g.dur("retention_window"),
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "VRAMRetentionHigh",
+            "warning",
+            f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
+            f"and on (instance, job, gpu) "
+            f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+            f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
+            g.dur("retention_for"),
+            "GPU memory taken during requests is not given back, and it accumulates.",
+            fill(
+                "GPU {{ $labels.gpu }} on {{ $labels.instance }} still holds {{ $value | humanizePercentage }} of "
+                "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
+                "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
+                "last <window>.",
+                mib=number(g.num("retention_min_growth_mib_per_hour")),
+                window=g.dur("retention_window"),
+            ),
+        )
+    )
     return alerts
 
 
@@ -185,48 +205,57 @@ def host_alerts(ctx: Context) -> list[Alert]:
         f"on (instance, job, role) "
         f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.num('leak_min_growth_since_baseline_mib') * MIB)})"
     )
-    alerts.append(Alert(
-        "HostMemoryLeak", "warning",
-        f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}\n> 0\n"
-        f"and {growing}\n"
-        f"and {above_baseline}\n"
-        f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
-        f"unless {ctx.on_host()} {restarted}",
-        h.dur("leak_for"),
-        "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
-        fill(
-            f"{ROLE} grew {{{{ $value | humanize1024 }}}}B per request served over the last <window> (resident "
-            "plus swapped memory, growth in most of its slices) and is above its post-warm-up baseline.",
-            window=h.dur("leak_window"),
-        ),
-    ))
-    alerts.append(Alert(
-        "HostMemoryLeak", "critical",
-        f"{ctx.host_available} / {ctx.on_host()} group_right () {ctx.process_memory_deriv}\n"
-        f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
-        f"and {growing}\n"
-        f"and {above_baseline}\n"
-        f"unless {ctx.on_host()} {restarted}",
-        h.dur("leak_for"),
-        "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
-        f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
-        "{{ $value | humanizeDuration }} at this rate. The healer drains and restarts vLLM before the "
-        "kernel's OOM killer picks a process.",
-        remediate=True,
-    ))
+    alerts.append(
+        Alert(
+            "HostMemoryLeak",
+            "warning",
+            f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}\n> 0\n"
+            f"and {growing}\n"
+            f"and {above_baseline}\n"
+            f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
+            f"unless {ctx.on_host()} {restarted}",
+            h.dur("leak_for"),
+            "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
+            fill(
+                f"{ROLE} grew {{{{ $value | humanize1024 }}}}B per request served over the last <window> (resident "
+                "plus swapped memory, growth in most of its slices) and is above its post-warm-up baseline.",
+                window=h.dur("leak_window"),
+            ),
+        )
+    )
+    alerts.append(
+        Alert(
+            "HostMemoryLeak",
+            "critical",
+            f"{ctx.host_available} / {ctx.on_host()} group_right () {ctx.process_memory_deriv}\n"
+            f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
+            f"and {growing}\n"
+            f"and {above_baseline}\n"
+            f"unless {ctx.on_host()} {restarted}",
+            h.dur("leak_for"),
+            "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
+            f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
+            "{{ $value | humanizeDuration }} at this rate. The healer drains and restarts vLLM before the "
+            "kernel's OOM killer picks a process.",
+            remediate=True,
+        )
+    )
 
-    alerts.append(Alert(
-        "HostSwapGrowing", "warning",
-        f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_mib_per_hour') * 3600)}\n"
-        f"and ({ctx.swap_used} > {number(h.num('swap_min_used_mib') * MIB)})",
-        h.dur("swap_for"),
-        "The host's swap use keeps growing: leaked memory may be hiding in swap.",
-        fill(
-            "Swap in use on {{ $labels.instance }} grows {{ $value | humanize1024 }}B per hour (in most slices "
-            "of the last <window>). Resident memory can look flat while leaked pages move to swap.",
-            window=h.dur("swap_window"),
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "HostSwapGrowing",
+            "warning",
+            f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_mib_per_hour') * 3600)}\n"
+            f"and ({ctx.swap_used} > {number(h.num('swap_min_used_mib') * MIB)})",
+            h.dur("swap_for"),
+            "The host's swap use keeps growing: leaked memory may be hiding in swap.",
+            fill(
+                "Swap in use on {{ $labels.instance }} grows {{ $value | humanize1024 }}B per hour (in most slices "
+                "of the last <window>). Resident memory can look flat while leaked pages move to swap.",
+                window=h.dur("swap_window"),
+            ),
+        )
+    )
 
     pss = ctx.exporter("leakwatch_process_proportional_memory_bytes")
     limit = (
@@ -234,33 +263,39 @@ def host_alerts(ctx: Context) -> list[Alert]:
         f"   or {ctx.on_host()} max {ctx.by_host()} ({ctx.node('node_memory_MemTotal_bytes')}))"
     )
     for severity, key in (("warning", "usage_warning_share"), ("critical", "usage_critical_share")):
-        alerts.append(Alert(
-            "HighMemoryUsage", severity,
-            f"sum {ctx.by_host()} ({pss})\n  / {ctx.on_host()} {limit}\n> {number(h.num(key))}",
-            h.dur("usage_for"),
-            "vLLM's processes use most of the memory limit.",
-            "vLLM's processes (API server, EngineCore, workers; proportional set size) use "
-            "{{ $value | humanizePercentage }} of the container's memory limit, or of the host's memory "
-            "when there is no limit.",
-        ))
+        alerts.append(
+            Alert(
+                "HighMemoryUsage",
+                severity,
+                f"sum {ctx.by_host()} ({pss})\n  / {ctx.on_host()} {limit}\n> {number(h.num(key))}",
+                h.dur("usage_for"),
+                "vLLM's processes use most of the memory limit.",
+                "vLLM's processes (API server, EngineCore, workers; proportional set size) use "
+                "{{ $value | humanizePercentage }} of the container's memory limit, or of the host's memory "
+                "when there is no limit.",
+            )
+        )
     return alerts
 
 
 def metrics_alerts(ctx: Context) -> list[Alert]:
     m = ctx.t.section("metrics")
-    return [Alert(
-        "VLLMMetricsCardinalityGrowing", "warning",
-        f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
-        f"unless {ctx.on_host()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
-        m.dur("series_for"),
-        "vLLM's /metrics keeps gaining series (label cardinality).",
-        fill(
-            "vLLM's /metrics on {{ $labels.instance }} gains {{ $value | humanize }} series per hour (in most "
-            "slices of the last <window>). Churning label values (e.g. per-adapter labels) grow the API "
-            "server's memory and Prometheus's.",
-            window=m.dur("series_window"),
-        ),
-    )]
+    return [
+        Alert(
+            "VLLMMetricsCardinalityGrowing",
+            "warning",
+            f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
+            f"unless {ctx.on_host()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
+            m.dur("series_for"),
+            "vLLM's /metrics keeps gaining series (label cardinality).",
+            fill(
+                "vLLM's /metrics on {{ $labels.instance }} gains {{ $value | humanize }} series per hour (in most "
+                "slices of the last <window>). Churning label values (e.g. per-adapter labels) grow the API "
+                "server's memory and Prometheus's.",
+                window=m.dur("series_window"),
+            ),
+        )
+    ]
 
 
 def bucket_label(le: float) -> str:
@@ -285,19 +320,26 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
     alerts = [
         Alert(
-            "VLLMDown", "critical", f"{up} == 0", s.dur("down_for"),
+            "VLLMDown",
+            "critical",
+            f"{up} == 0",
+            s.dur("down_for"),
             "Prometheus cannot scrape vLLM.",
             "vLLM at {{ $labels.instance }} has not answered Prometheus's scrapes for "
             f"{s.dur('down_for')}: it is down, stuck in start-up, or unreachable.",
         ),
         Alert(
-            "TargetDown", "warning", f"up == 0 unless on (job, instance) {up}", s.dur("target_down_for"),
+            "TargetDown",
+            "warning",
+            f"up == 0 unless on (job, instance) {up}",
+            s.dur("target_down_for"),
             "A scrape target of the stack is down.",
             "{{ $labels.job }} at {{ $labels.instance }} has been down for "
             f"{s.dur('target_down_for')}; the alerts that read its metrics are blind meanwhile.",
         ),
         Alert(
-            "VLLMEngineDown", "critical",
+            "VLLMEngineDown",
+            "critical",
             f"(sum by (instance, job) ({processes('api_server')}) > 0)\n"
             f"unless on (instance, job)\n"
             f"(sum by (instance, job) ({processes('engine_core')}) > 0)",
@@ -308,35 +350,44 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         ),
     ]
     for severity, key in (("warning", "restarts_warning"), ("critical", "restarts_critical")):
-        alerts.append(Alert(
-            "VLLMRestartingOften", severity,
-            f"changes({ctx.vllm('process_start_time_seconds')}[{s.dur('restarts_window')}]) >= {number(s.num(key))}",
-            s.dur("restarts_for"),
-            "vLLM keeps restarting.",
-            f"vLLM at {{{{ $labels.instance }}}} restarted {{{{ $value }}}} times in {s.dur('restarts_window')}. "
-            "A crash loop (e.g. out of memory every few hours) hides from the leak rules, which skip "
-            "windows that contain a restart.",
-        ))
+        alerts.append(
+            Alert(
+                "VLLMRestartingOften",
+                severity,
+                f"changes({ctx.vllm('process_start_time_seconds')}[{s.dur('restarts_window')}]) >= {number(s.num(key))}",
+                s.dur("restarts_for"),
+                "vLLM keeps restarting.",
+                f"vLLM at {{{{ $labels.instance }}}} restarted {{{{ $value }}}} times in {s.dur('restarts_window')}. "
+                "A crash loop (e.g. out of memory every few hours) hides from the leak rules, which skip "
+                "windows that contain a restart.",
+            )
+        )
 
     kv_window = s.dur("kv_window")
-    alerts.append(Alert(
-        "KVCacheSaturated", "warning",
-        f"avg_over_time({ctx.vllm('vllm:kv_cache_usage_perc')}[{kv_window}]) > {number(s.num('kv_usage_share'))}\n"
-        f"and increase({ctx.vllm('vllm:num_preemptions_total')}[{kv_window}]) > 0",
-        s.dur("kv_for"),
-        "vLLM's KV cache is full and requests are being preempted.",
-        f"The KV cache of {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} averaged "
-        f"{{{{ $value | humanizePercentage }}}} over {kv_window} and requests were preempted (recomputed): "
-        "throughput and latency suffer. Lower max_num_seqs or add capacity.",
-    ))
-    alerts.append(Alert(
-        "VLLMQueueBacklog", "warning",
-        f"min_over_time({ctx.vllm('vllm:num_requests_waiting')}[{s.dur('queue_window')}]) >= {number(s.num('queue_min_waiting'))}",
-        s.dur("queue_for"),
-        "Requests keep waiting in vLLM's queue.",
-        f"At least {{{{ $value }}}} requests for {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} were "
-        f"waiting at every moment of the last {s.dur('queue_window')}: the server is saturated.",
-    ))
+    alerts.append(
+        Alert(
+            "KVCacheSaturated",
+            "warning",
+            f"avg_over_time({ctx.vllm('vllm:kv_cache_usage_perc')}[{kv_window}]) > {number(s.num('kv_usage_share'))}\n"
+            f"and increase({ctx.vllm('vllm:num_preemptions_total')}[{kv_window}]) > 0",
+            s.dur("kv_for"),
+            "vLLM's KV cache is full and requests are being preempted.",
+            f"The KV cache of {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} averaged "
+            f"{{{{ $value | humanizePercentage }}}} over {kv_window} and requests were preempted (recomputed): "
+            "throughput and latency suffer. Lower max_num_seqs or add capacity.",
+        )
+    )
+    alerts.append(
+        Alert(
+            "VLLMQueueBacklog",
+            "warning",
+            f"min_over_time({ctx.vllm('vllm:num_requests_waiting')}[{s.dur('queue_window')}]) >= {number(s.num('queue_min_waiting'))}",
+            s.dur("queue_for"),
+            "Requests keep waiting in vLLM's queue.",
+            f"At least {{{{ $value }}}} requests for {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} were "
+            f"waiting at every moment of the last {s.dur('queue_window')}: the server is saturated.",
+        )
+    )
 
     window = s.dur("objective_window")
     labels = ["instance", "job", "model_name"]
@@ -352,30 +403,56 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
     min_slow = number(s.num("objective_min_slow"))
     objectives = (
-        ("VLLMTimeToFirstTokenHigh", "vllm:time_to_first_token_seconds", "ttft_seconds", "ttft_max_share", min_requests,
-         min_slow, "Too many requests wait long for their first token.",
-         "requests waited more than <limit> s for the first token"),
-        ("VLLMInterTokenLatencyHigh", "vllm:inter_token_latency_seconds", "itl_seconds", "itl_max_share",
-         number(s.num("itl_min_tokens")), number(s.num("itl_min_slow_tokens")),
-         "Too many tokens take long to generate.", "output tokens took more than <limit> s after the previous one"),
-        ("VLLMRequestLatencyHigh", "vllm:e2e_request_latency_seconds", "latency_seconds", "latency_max_share",
-         min_requests, min_slow, "Too many requests take longer than the latency objective.",
-         "requests took more than <limit> s end to end"),
+        (
+            "VLLMTimeToFirstTokenHigh",
+            "vllm:time_to_first_token_seconds",
+            "ttft_seconds",
+            "ttft_max_share",
+            min_requests,
+            min_slow,
+            "Too many requests wait long for their first token.",
+            "requests waited more than <limit> s for the first token",
+        ),
+        (
+            "VLLMInterTokenLatencyHigh",
+            "vllm:inter_token_latency_seconds",
+            "itl_seconds",
+            "itl_max_share",
+            number(s.num("itl_min_tokens")),
+            number(s.num("itl_min_slow_tokens")),
+            "Too many tokens take long to generate.",
+            "output tokens took more than <limit> s after the previous one",
+        ),
+        (
+            "VLLMRequestLatencyHigh",
+            "vllm:e2e_request_latency_seconds",
+            "latency_seconds",
+            "latency_max_share",
+            min_requests,
+            min_slow,
+            "Too many requests take longer than the latency objective.",
+            "requests took more than <limit> s end to end",
+        ),
     )
     for name, histogram, limit_key, share_key, minimum, minimum_slow, summary, what in objectives:
-        alerts.append(Alert(
-            name, "warning",
-            f"(\n{_bucket_share(ctx, histogram, s.num(limit_key), window, labels)}\n) > {number(s.num(share_key))}\n"
-            f"and {enough(histogram, minimum)}\n"
-            f"and {slow(histogram, s.num(limit_key), minimum_slow)}",
-            s.dur("objective_for"),
-            summary,
-            fill(
-                f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.model_name }}}}'s {what} over the last "
-                "<window> at {{ $labels.instance }} (objective: at most <share>).",
-                window=window, limit=number(s.num(limit_key)), share=f"{s.num(share_key):.0%}",
-            ),
-        ))
+        alerts.append(
+            Alert(
+                name,
+                "warning",
+                f"(\n{_bucket_share(ctx, histogram, s.num(limit_key), window, labels)}\n) > {number(s.num(share_key))}\n"
+                f"and {enough(histogram, minimum)}\n"
+                f"and {slow(histogram, s.num(limit_key), minimum_slow)}",
+                s.dur("objective_for"),
+                summary,
+                fill(
+                    f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.model_name }}}}'s {what} over the last "
+                    "<window> at {{ $labels.instance }} (objective: at most <share>).",
+                    window=window,
+                    limit=number(s.num(limit_key)),
+                    share=f"{s.num(share_key):.0%}",
+                ),
+            )
+        )
 
     error_window = s.dur("error_window")
     v1 = 'handler=~"/v1/.+"'
@@ -383,37 +460,44 @@ def serving_alerts(ctx: Context) -> list[Alert]:
     failed = ctx.vllm("http_requests_total", v1, 'status="5xx"')
     errors = f"sum by (instance, job) (rate({failed}[{error_window}]))"
     for severity, key in (("warning", "error_warning_share"), ("critical", "error_critical_share")):
-        alerts.append(Alert(
-            "VLLMRequestErrors", severity,
-            f"{errors}\n  / {total}\n> {number(s.num(key))}\n"
-            f"and sum by (instance, job) (increase({ctx.vllm('http_requests_total', v1)}[{error_window}])) "
-            f">= {number(s.num('error_min_requests'))}\n"
-            f"and sum by (instance, job) (increase({failed}[{error_window}])) >= {number(s.num('error_min_errors'))}",
-            s.dur("error_for"),
-            "vLLM answers too many requests with server errors.",
-            f"{{{{ $value | humanizePercentage }}}} of the /v1 requests to {{{{ $labels.instance }}}} failed with "
-            f"a 5xx status over the last {error_window}.",
-        ))
+        alerts.append(
+            Alert(
+                "VLLMRequestErrors",
+                severity,
+                f"{errors}\n  / {total}\n> {number(s.num(key))}\n"
+                f"and sum by (instance, job) (increase({ctx.vllm('http_requests_total', v1)}[{error_window}])) "
+                f">= {number(s.num('error_min_requests'))}\n"
+                f"and sum by (instance, job) (increase({failed}[{error_window}])) >= {number(s.num('error_min_errors'))}",
+                s.dur("error_for"),
+                "vLLM answers too many requests with server errors.",
+                f"{{{{ $value | humanizePercentage }}}} of the /v1 requests to {{{{ $labels.instance }}}} failed with "
+                f"a 5xx status over the last {error_window}.",
+            )
+        )
 
     reg = s.dur("regression_window")
     mean = f"{ctx.model_latency_mean}:mean{reg}"
     served = f"{ctx.model_requests}:increase{reg}"
     week = format_duration(604800 * ctx.t.time_scale)
     min_reg = number(s.num("regression_min_requests"))
-    alerts.append(Alert(
-        "VLLMRequestDurationRegression", "warning",
-        f"{mean} / {mean} offset {week} > {number(s.num('regression_factor'))}\n"
-        f"and {served} >= {min_reg}\n"
-        f"and {served} offset {week} >= {min_reg}",
-        s.dur("regression_for"),
-        "Requests take much longer than at the same time last week.",
-        fill(
-            "The mean request duration of {{ $labels.model_name }} at {{ $labels.instance }} over the last "
-            "<window> is {{ $value | humanize }} times that of the same hour a week ago (both hours served "
-            "at least <min> requests).",
-            window=reg, min=min_reg,
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "VLLMRequestDurationRegression",
+            "warning",
+            f"{mean} / {mean} offset {week} > {number(s.num('regression_factor'))}\n"
+            f"and {served} >= {min_reg}\n"
+            f"and {served} offset {week} >= {min_reg}",
+            s.dur("regression_for"),
+            "Requests take much longer than at the same time last week.",
+            fill(
+                "The mean request duration of {{ $labels.model_name }} at {{ $labels.instance }} over the last "
+                "<window> is {{ $value | humanize }} times that of the same hour a week ago (both hours served "
+                "at least <min> requests).",
+                window=reg,
+                min=min_reg,
+            ),
+        )
+    )
 
     gc_window, gc_base = s.dur("gc_window"), s.dur("gc_baseline_window")
     gen2 = ctx.vllm("python_gc_collections_total", 'generation="2"')
@@ -424,21 +508,26 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             f"  / {ctx.on_host()} group_left () sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))"
         )
 
-    alerts.append(Alert(
-        "PythonGCSpike", "warning",
-        f"(\n  {per_request(gc_window)}\n)\n> {number(s.num('gc_factor'))} * (\n  {per_request(gc_base)}\n)\n"
-        f"and sum {ctx.by_host('instance', 'job')} (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
-        f"and {ctx.on_host()} sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{gc_window}])) "
-        f">= {number(s.num('gc_min_requests'))}",
-        s.dur("gc_for"),
-        "vLLM's API server runs full Python garbage collections far more often per request than usual.",
-        fill(
-            "vLLM's API server at {{ $labels.instance }} ran {{ $value | humanize }} generation-2 garbage "
-            "collections per request over the last <window>, more than <factor> times its rate over the "
-            "last <base>. Growing numbers of live Python objects (a leak) make full collections frequent.",
-            window=gc_window, factor=number(s.num("gc_factor")), base=gc_base,
-        ),
-    ))
+    alerts.append(
+        Alert(
+            "PythonGCSpike",
+            "warning",
+            f"(\n  {per_request(gc_window)}\n)\n> {number(s.num('gc_factor'))} * (\n  {per_request(gc_base)}\n)\n"
+            f"and sum {ctx.by_host('instance', 'job')} (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
+            f"and {ctx.on_host()} sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{gc_window}])) "
+            f">= {number(s.num('gc_min_requests'))}",
+            s.dur("gc_for"),
+            "vLLM's API server runs full Python garbage collections far more often per request than usual.",
+            fill(
+                "vLLM's API server at {{ $labels.instance }} ran {{ $value | humanize }} generation-2 garbage "
+                "collections per request over the last <window>, more than <factor> times its rate over the "
+                "last <base>. Growing numbers of live Python objects (a leak) make full collections frequent.",
+                window=gc_window,
+                factor=number(s.num("gc_factor")),
+                base=gc_base,
+            ),
+        )
+    )
     return alerts
 
 
@@ -446,7 +535,8 @@ def meta_alerts(ctx: Context) -> list[Alert]:
     m = ctx.t.section("meta")
     return [
         Alert(
-            "PrometheusRuleFailures", "warning",
+            "PrometheusRuleFailures",
+            "warning",
             f"increase(prometheus_rule_evaluation_failures_total[{m.dur('rule_failures_window')}]) > 0",
             m.dur("rule_failures_for"),
             "Prometheus fails to evaluate some rules.",
@@ -454,7 +544,8 @@ def meta_alerts(ctx: Context) -> list[Alert]:
             "{{ $labels.rule_group }}; the alerts in it may stay silent.",
         ),
         Alert(
-            "AlertmanagerNotificationsFailing", "warning",
+            "AlertmanagerNotificationsFailing",
+            "warning",
             f"increase(alertmanager_notifications_failed_total[{m.dur('notifications_window')}]) > 0",
             m.dur("notifications_for"),
             "Alertmanager cannot deliver notifications to a receiver.",
@@ -462,7 +553,10 @@ def meta_alerts(ctx: Context) -> list[Alert]:
             "{{ $labels.integration }}; for the remediation webhook this means the healer cannot act.",
         ),
         Alert(
-            "Watchdog", "none", "vector(1)", format_duration(60 * ctx.t.time_scale),
+            "Watchdog",
+            "none",
+            "vector(1)",
+            format_duration(60 * ctx.t.time_scale),
             "Always firing: proves the path from Prometheus through Alertmanager works.",
             "This alert always fires. Route it to a dead man's switch (a heartbeat that pages when "
             "notifications stop); if it is missing, alerting is broken.",

@@ -152,12 +152,20 @@ def recording_rules(ctx: Context) -> list[dict]:
     )
     # Level 1 growth rates: a low quantile of the slopes of a window's slices (deriv(), never rate(): these
     # are gauges, and rate() reads every drop as a counter reset).
-    record(ctx.gpu_process_fast,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"))
-    record(ctx.gpu_retained,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"))
-    record(ctx.series_deriv,
-           ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"))
+    record(
+        ctx.gpu_process_fast,
+        ctx.slice_rate_expr(ctx.exporter("leakwatch_gpu_process_memory_bytes"), "gpu", "fast_window", "fast_slices"),
+    )
+    record(
+        ctx.gpu_retained,
+        ctx.slice_rate_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"
+        ),
+    )
+    record(
+        ctx.series_deriv,
+        ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"),
+    )
     # Requests finished (any reason) per leak window, for per-request normalisation.
     windows = {gpu.dur("fast_window"), gpu.dur("slow_window"), host.dur("leak_window")}
     for window in sorted(windows, key=parse_duration):

@@ -21,7 +21,9 @@ docs/runbook.md says what to check and do for every alert.
 """
 
 
-def render_rules(time_scale: float = 1.0, min_window_s: float | None = None, config: Path | None = None) -> dict[str, dict]:
+def render_rules(
+    time_scale: float = 1.0, min_window_s: float | None = None, config: Path | None = None
+) -> dict[str, dict]:
     """File name -> rule file document. time_scale < 1 compresses every duration (a drill).
 
     min_window_s: the shortest range a rule may use (default: four scrape intervals, so that deriv()
@@ -34,8 +36,7 @@ def render_rules(time_scale: float = 1.0, min_window_s: float | None = None, con
         RECORDING_FILE: {"groups": [{"name": "leakwatch.recording", "rules": recording_rules(ctx)}]},
         ALERTS_FILE: {
             "groups": [
-                {"name": name, "rules": [a.rule(thresholds.runbook_url) for a in build(ctx)]}
-                for name, build in GROUPS
+                {"name": name, "rules": [a.rule(thresholds.runbook_url) for a in build(ctx)]} for name, build in GROUPS
             ]
         },
     }

@@ -26,7 +26,7 @@ class Traffic:
     ttft_median_s: float = 0.35
     ttft_sigma: float = 0.5
     itl_median_s: float = 0.025
-    itl_sigma: float = 0.1              # decode speed barely varies on a dedicated GPU
+    itl_sigma: float = 0.1  # decode speed barely varies on a dedicated GPU
     # Requests with prompts far beyond the usual (pasted chapters): the first one after a start
     # makes PyTorch's allocator reserve larger segments, a one-time step that then plateaus.
     long_request_share: float = 0.01
@@ -36,21 +36,21 @@ class Traffic:
     burst_minutes: float = 6.0
     burst_concurrency: float = 6.0
     burst_prompt_tokens: int = 1400
-    error_share: float = 0.002          # HTTP 5xx (client disconnects count as aborts, not errors)
+    error_share: float = 0.002  # HTTP 5xx (client disconnects count as aborts, not errors)
 
 
 @dataclass(frozen=True)
 class GPUCards:
     count: int = 1
-    total_mib: int = 24564              # RTX 4090 D (24 GiB)
+    total_mib: int = 24564  # RTX 4090 D (24 GiB)
     model_name: str = "NVIDIA GeForce RTX 4090 D"
-    idle_mib: int = 290                 # driver and display memory with no process on the card
+    idle_mib: int = 290  # driver and display memory with no process on the card
     # Memory in use once the server is ready. vLLM: gpu_memory_utilization of the card plus the
     # CUDA context and non-torch allocations; a plain PyTorch server: what the article measured.
     gpu_memory_utilization: float | None = 0.90
     non_torch_mib: int = 420
-    ready_mib: int | None = None        # set instead of gpu_memory_utilization (no preallocation)
-    kv_capacity_tokens: int = 9800      # Janeway fp8 on the 4090D at 0.90 (product brief)
+    ready_mib: int | None = None  # set instead of gpu_memory_utilization (no preallocation)
+    kv_capacity_tokens: int = 9800  # Janeway fp8 on the 4090D at 0.90 (product brief)
 
     def ready_used_mib(self) -> float:
         if self.ready_mib is not None:
@@ -62,9 +62,9 @@ class GPUCards:
 class Leak:
     """Memory retained per request served, from start_s (seconds after the scenario start) on."""
 
-    target: str                          # "gpu" (every card) or a process role from ROLES
+    target: str  # "gpu" (every card) or a process role from ROLES
     bytes_per_request: float
-    to_swap: bool = False                # leaked pages go cold and are swapped out: RSS looks flat
+    to_swap: bool = False  # leaked pages go cold and are swapped out: RSS looks flat
     start_s: float = 0.0
 
 
@@ -79,14 +79,16 @@ class Noise:
     gpu_events_per_hour: float = 1.0
     gpu_event_mib: tuple[float, float] = (2.0, 20.0)
     gpu_event_cap_mib: float = 64.0
-    gpu_warmup_mib: float = 64.0         # sampler and logits buffers on the first requests
+    gpu_warmup_mib: float = 64.0  # sampler and logits buffers on the first requests
     # One-time steps: the first, then the second, record-long request after each start.
     gpu_plateau_mib: tuple[float, ...] = (384.0, 96.0)
     # Host: heaps warm up over tens of minutes, then wander around a plateau.
     host_warmup_mib: dict = field(default_factory=lambda: {"api_server": 96.0, "engine_core": 64.0, "worker": 128.0})
     host_warmup_tau_s: float = 600.0
     host_plateau_mib: dict = field(default_factory=lambda: {"api_server": 128.0})
-    host_per_running_kib: dict = field(default_factory=lambda: {"api_server": 256.0, "engine_core": 128.0, "worker": 64.0})
+    host_per_running_kib: dict = field(
+        default_factory=lambda: {"api_server": 256.0, "engine_core": 128.0, "worker": 64.0}
+    )
     host_events_per_hour: float = 0.5
     host_event_mib: tuple[float, float] = (1.0, 16.0)
     host_event_cap_mib: float = 48.0
@@ -96,12 +98,16 @@ class Noise:
 @dataclass(frozen=True)
 class Host:
     mem_total_bytes: float = 64 * GIB
-    other_used_bytes: float = 6 * GIB    # the OS, other services, unreclaimable caches
+    other_used_bytes: float = 6 * GIB  # the OS, other services, unreclaimable caches
     swap_total_bytes: float = 8 * GIB
     cgroup_limit_bytes: float | None = 32 * GIB
-    base_rss_bytes: dict = field(default_factory=lambda: {
-        "api_server": 1.1 * GIB, "engine_core": 1.3 * GIB, "worker": 3.8 * GIB,
-    })
+    base_rss_bytes: dict = field(
+        default_factory=lambda: {
+            "api_server": 1.1 * GIB,
+            "engine_core": 1.3 * GIB,
+            "worker": 3.8 * GIB,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -117,13 +123,13 @@ class Scenario:
     model_name: str = "janeway-13b"
     max_num_seqs: int = 256
     daily_restart_hour: float | None = None
-    restart_downtime_s: float = 120.0    # process start to /metrics answering (weights, profiling)
-    start_hour: float = 8.5              # first start, hours after midnight UTC of start_date
-    start_date: str = "2024-03-04"       # a Monday; the scenarios run in UTC
+    restart_downtime_s: float = 120.0  # process start to /metrics answering (weights, profiling)
+    start_hour: float = 8.5  # first start, hours after midnight UTC of start_date
+    start_date: str = "2024-03-04"  # a Monday; the scenarios run in UTC
     # vLLM /metrics cardinality: series present after the first requests, and churn per hour.
     metrics_series: int = 614
     metrics_series_per_hour: float = 0.0
-    warmup_requests: int = 5             # the exporter's baseline is taken after these
+    warmup_requests: int = 5  # the exporter's baseline is taken after these
     seed: int = 1
     # Hours of history before the interesting part (e.g. a week for week-over-week rules).
     note: str = ""

@@ -18,12 +18,74 @@ from typing import Protocol
 from .model import GIB, MIB, ROLES, Scenario
 
 # vLLM 0.32's histogram boundaries (vllm/v1/metrics/buckets.py; a test compares them).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 VLLM = {"instance": "vllm:8000", "job": "vllm"}
@@ -33,7 +95,7 @@ EXPORTER = {"instance": "leakwatch-exporter:9405", "job": "leakwatch"}
 HOSTNAME = "gpu-host"
 # The first and the tenth long request after a start set new records for the allocator's segments.
 RECORD_LONG_REQUESTS = (1, 10)
-SAMPLE_CAP = 64          # per tick, latencies of at most this many requests are drawn; counts are scaled
+SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
 
 
 class Sink(Protocol):
@@ -46,10 +108,10 @@ class SimulationResult:
     start: float
     end: float
     resolution_s: float
-    leak_start: float | None = None          # first tick at which a leak retained memory
+    leak_start: float | None = None  # first tick at which a leak retained memory
     events: list[tuple[float, str]] = field(default_factory=list)
     gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
-    gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)   # card 0, each tick
+    gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)  # card 0, each tick
 
 
 _series_cache: dict = {}
@@ -84,7 +146,7 @@ class Histogram:
         self.reset()
 
     def reset(self) -> None:
-        self.counts = [0.0] * (len(self.bounds) + 1)    # cumulative at output time; +Inf last
+        self.counts = [0.0] * (len(self.bounds) + 1)  # cumulative at output time; +Inf last
         self.total = 0.0
 
     def observe(self, values: list[float], weight: float = 1.0) -> None:
@@ -122,10 +184,10 @@ class _Process:
     role: str
     rank: str
     base: float
-    offset: float = 0.0          # allocator/heap wander (bytes)
+    offset: float = 0.0  # allocator/heap wander (bytes)
     plateau: float = 0.0
-    leak_hot: float = 0.0        # leaked and still resident
-    swap: float = 0.0            # leaked and swapped out
+    leak_hot: float = 0.0  # leaked and still resident
+    swap: float = 0.0  # leaked and swapped out
 
 
 class Simulator:
@@ -163,8 +225,14 @@ class Simulator:
                 found = {**EXPORTER, "gpu": str(key[0])}
             else:
                 i = key[0]
-                found = {**DCGM, "gpu": str(i), "UUID": f"GPU-5f1c2b7e-0000-4000-8000-{i:012d}", "device": f"nvidia{i}",
-                         "modelName": self.sc.gpu.model_name, "Hostname": HOSTNAME}
+                found = {
+                    **DCGM,
+                    "gpu": str(i),
+                    "UUID": f"GPU-5f1c2b7e-0000-4000-8000-{i:012d}",
+                    "device": f"nvidia{i}",
+                    "modelName": self.sc.gpu.model_name,
+                    "Hostname": HOSTNAME,
+                }
             self._labels[(kind, key)] = found
         return found
 
@@ -183,7 +251,7 @@ class Simulator:
         self.process_start = t
         self.ready_at = t + sc.restart_downtime_s
         self.restarts += 1
-        self.served = 0                  # requests since this process started
+        self.served = 0  # requests since this process started
         self.counters = {reason: 0.0 for reason in FINISHED_REASONS}
         self.http = {"2xx": 0.0}
         self.gc = [0.0, 0.0, 0.0]
@@ -226,7 +294,9 @@ class Simulator:
         tr = self.sc.traffic
         per_day = tr.requests_per_day - tr.bursts_per_day * tr.burst_minutes * 60 * self._burst_rate()
         hour = (t % 86400) / 3600
-        return max(0.0, per_day) / 86400 * (1 + tr.diurnal_amplitude * math.cos(2 * math.pi * (hour - tr.peak_hour) / 24))
+        return (
+            max(0.0, per_day) / 86400 * (1 + tr.diurnal_amplitude * math.cos(2 * math.pi * (hour - tr.peak_hour) / 24))
+        )
 
     # -- one scrape --------------------------------------------------------------------------------
 
@@ -299,7 +369,9 @@ class Simulator:
         swap_free = max(0.0, host.swap_total_bytes - swapped - 64 * MIB) if host.swap_total_bytes else 0.0
         pss_now = {k: max(0.0, v - 180 * MIB) for k, v in rss_now.items()}
         cgroup_usage = used_by_vllm + 1 * GIB
-        oom = available + max(0.0, swap_free) <= 0 or (host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes)
+        oom = available + max(0.0, swap_free) <= 0 or (
+            host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes
+        )
         if ready and oom:
             self.result.events.append((t, "host out of memory: the OOM killer ends vLLM, which is restarted"))
             self._start_process(t, "vLLM restarts after the OOM kill")
@@ -321,7 +393,21 @@ class Simulator:
             for reason in FINISHED_REASONS:
                 add((self.tx("vllm:request_success_total", labels, "finished_reason", reason), self.counters[reason]))
             for status, value in self.http.items():
-                add((self.tx("http_requests_total", VLLM, "handler", "/v1/completions", "method", "POST", "status", status), value))
+                add(
+                    (
+                        self.tx(
+                            "http_requests_total",
+                            VLLM,
+                            "handler",
+                            "/v1/completions",
+                            "method",
+                            "POST",
+                            "status",
+                            status,
+                        ),
+                        value,
+                    )
+                )
             add((self.tx("vllm:num_requests_running", labels), running))
             add((self.tx("vllm:num_requests_waiting", labels), waiting))
             add((self.tx("vllm:kv_cache_usage_perc", labels), round(self.kv, 4)))
@@ -374,8 +460,13 @@ class Simulator:
                     leaked = True
             ready_used = g.ready_used_mib()
             if ready:
-                used = (ready_used + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
-                        + sum(noise.gpu_plateau_mib[: self.gpu_steps_done]) + self.gpu_offset[i] + self.gpu_leaked[i])
+                used = (
+                    ready_used
+                    + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
+                    + sum(noise.gpu_plateau_mib[: self.gpu_steps_done])
+                    + self.gpu_offset[i]
+                    + self.gpu_leaked[i]
+                )
             else:
                 used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
             used_now.append(min(float(g.total_mib), math.floor(used)))
@@ -398,7 +489,7 @@ class Simulator:
                     p.leak_hot += n * leak.bytes_per_request
                     leaked = True
             if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
-                moved = p.leak_hot * min(1.0, self.dt / 600)     # cold pages are swapped out within minutes
+                moved = p.leak_hot * min(1.0, self.dt / 600)  # cold pages are swapped out within minutes
                 p.leak_hot -= moved
                 p.swap += moved
         return leaked
@@ -430,7 +521,7 @@ class Simulator:
         self.gc[2] = math.floor(self.gc[1] / 12)
         if n == 0:
             return
-        load = 1 + running / 128     # decoding a few more sequences per step costs little
+        load = 1 + running / 128  # decoding a few more sequences per step costs little
         drawn = min(n, SAMPLE_CAP)
         weight = n / drawn
         ttft: list[float] = []
@@ -453,7 +544,7 @@ class Simulator:
         """`leakwatch exporter`'s series, computed as its contract describes."""
         sc = self.sc
         add((self.tx("up", EXPORTER), 1.0))
-        alive = True        # the processes exist while vLLM starts; they are replaced in one tick
+        alive = True  # the processes exist while vLLM starts; they are replaced in one tick
         for role in ROLES:
             count = len(self.ranks) if role == "worker" else 1
             add((self.tx("leakwatch_processes", EXPORTER, "role", role), count if alive else 0))
@@ -472,14 +563,23 @@ class Simulator:
                 g = self.labels("exporter_gpu", i)
                 add((self.tx("leakwatch_gpu_memory_used_bytes", g), used * MIB))
                 add((self.tx("leakwatch_gpu_memory_total_bytes", g), sc.gpu.total_mib * MIB))
-                add((self.tx("leakwatch_gpu_process_memory_bytes", g, "role", "worker", "rank", str(i)),
-                     max(0.0, used - sc.gpu.idle_mib) * MIB))
+                add(
+                    (
+                        self.tx("leakwatch_gpu_process_memory_bytes", g, "role", "worker", "rank", str(i)),
+                        max(0.0, used - sc.gpu.idle_mib) * MIB,
+                    )
+                )
         add((self.tx("leakwatch_vllm_restarts_total", EXPORTER), float(self.restarts - 1)))
         add((self.tx("leakwatch_vllm_up", EXPORTER), 1.0 if ready else 0.0))
         if ready:
             hours = (t - self.ready_at) / 3600
             grown = 40 if self.served else 0
-            add((self.tx("leakwatch_vllm_metrics_series", EXPORTER), sc.metrics_series + grown + math.floor(hours * sc.metrics_series_per_hour)))
+            add(
+                (
+                    self.tx("leakwatch_vllm_metrics_series", EXPORTER),
+                    sc.metrics_series + grown + math.floor(hours * sc.metrics_series_per_hour),
+                )
+            )
 
         host_by_role = {role: sum(rss_now[k] + swap_now[k] for k in rss_now if k[0] == role) for role in ROLES}
         gpu_bytes = [u * MIB for u in gpu_used]
@@ -523,7 +623,7 @@ class Simulator:
             state["peak"] = max(state["peak"], value)
         elif state["busy"]:
             gain = state["peak"] - state["pre"]
-            if gain >= MIB:        # a burst that gained (almost) nothing says nothing about retention
+            if gain >= MIB:  # a burst that gained (almost) nothing says nothing about retention
                 self.retention[key] = round(min(1.0, max(0.0, (value - state["pre"]) / gain)), 3)
             state.update(busy=False)
         if not state["busy"]:

@@ -74,8 +74,12 @@ def main() -> int:
         print(f"gpu-check: NVML unavailable: {gpu.unavailable_reason}", file=sys.stderr)
         return 2
 
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.device), str(args.step_mib)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(args.device), str(args.step_mib)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     key = (str(args.device), "worker", "0")
     tree = VllmTree(child.pid, 0, (VllmProcess(child.pid, "worker", "0", 0),))
     failures = []
@@ -84,8 +88,11 @@ def main() -> int:
         first = gpu.read(tree)
         base_proc, base_used = first.process.get(key), first.used[str(args.device)]
         if base_proc is None:
-            print("gpu-check: NVML reports no memory for the child process (driver without per-process "
-                  "accounting, or PIDs from another namespace)", file=sys.stderr)
+            print(
+                "gpu-check: NVML reports no memory for the child process (driver without per-process "
+                "accounting, or PIDs from another namespace)",
+                file=sys.stderr,
+            )
             return 1
         print(f"before: process {base_proc / MIB:.0f} MiB (CUDA context), device used {base_used / MIB:.0f} MiB")
         truth = args.step_mib * MIB
@@ -98,9 +105,11 @@ def main() -> int:
             device_growth = reading.used[str(args.device)] - base_used
             per_step = growth / step
             nvml_own = _nvml_process_memory(args.device, child.pid)
-            print(f"step {step:>3}: process {reading.process[key] / MIB:.0f} MiB (+{growth / MIB:.0f}), "
-                  f"per step {per_step / MIB:.2f} MiB (truth {args.step_mib}), device +{device_growth / MIB:.0f} MiB"
-                  f"  [{reported}]")
+            print(
+                f"step {step:>3}: process {reading.process[key] / MIB:.0f} MiB (+{growth / MIB:.0f}), "
+                f"per step {per_step / MIB:.2f} MiB (truth {args.step_mib}), device +{device_growth / MIB:.0f} MiB"
+                f"  [{reported}]"
+            )
             if abs(per_step / truth - 1) > TOLERANCE:
                 failures.append(f"step {step}: growth per step {per_step / MIB:.2f} MiB vs {args.step_mib}")
             if reading.process[key] != nvml_own:
@@ -114,8 +123,10 @@ def main() -> int:
     if failures:
         print("gpu-check: FAILED\n  " + "\n  ".join(failures))
         return 1
-    print(f"gpu-check: ok: {args.steps} steps of {args.step_mib} MiB, per-process and device growth within "
-          f"{TOLERANCE:.0%}")
+    print(
+        f"gpu-check: ok: {args.steps} steps of {args.step_mib} MiB, per-process and device growth within "
+        f"{TOLERANCE:.0%}"
+    )
     return 0
 
 

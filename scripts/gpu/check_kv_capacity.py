@@ -81,13 +81,17 @@ def model_path(profile: profiles.Profile, models_dir: Path) -> str:
     return path
 
 
-def compare(profile: profiles.Profile, plan: capacity.Plan, url: str, log: Path | None, card_gib: float | None) -> tuple[str, float]:
+def compare(
+    profile: profiles.Profile, plan: capacity.Plan, url: str, log: Path | None, card_gib: float | None
+) -> tuple[str, float]:
     tokens = kv_tokens_from_metrics(fetch(f"{url}/metrics"))
     ratio = tokens / plan.kv_tokens
     parts = [f"{profile.name}: KV tokens vLLM {tokens} / planner {plan.kv_tokens} = {ratio:.3f}"]
     if log is not None and (m := AVAILABLE_KV.search(log.read_text())):
-        parts.append(f"KV memory vLLM {float(m.group(1)):.2f} / planner {plan.kv_cache_bytes_per_gpu / GIB:.2f} GiB "
-                     f"= {float(m.group(1)) * GIB / plan.kv_cache_bytes_per_gpu:.3f}")
+        parts.append(
+            f"KV memory vLLM {float(m.group(1)):.2f} / planner {plan.kv_cache_bytes_per_gpu / GIB:.2f} GiB "
+            f"= {float(m.group(1)) * GIB / plan.kv_cache_bytes_per_gpu:.3f}"
+        )
     if card_gib is not None and profile.needs_gpu:
         parts.append(f"card {card_gib:.2f} GiB (CUDA) / profile {profile.hardware['gpu_memory_gib']} GiB")
     return "; ".join(parts), ratio
@@ -97,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("profiles", nargs="*", help="profiles to check (default: every GPU profile)")
     parser.add_argument("--url", help="compare with an already running server instead of starting one")
-    parser.add_argument("--models-dir", type=Path, default=Path("models"),
-                        help="where converted and demo models live (compose's `models` volume)")
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("models"),
+        help="where converted and demo models live (compose's `models` volume)",
+    )
     parser.add_argument("--tolerance", type=float, default=0.10, help="largest accepted |ratio - 1| (default 0.10)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for each server")
     args = parser.parse_args(argv)

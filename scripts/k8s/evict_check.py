@@ -27,8 +27,9 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     args = parser.parse_args()
     refused = []
-    restarter = KubernetesRestarter.in_cluster(args.namespace, MODEL_LABEL, retries=0, poll_s=2,
-                                               on_refused=lambda: refused.append(1))
+    restarter = KubernetesRestarter.in_cluster(
+        args.namespace, MODEL_LABEL, retries=0, poll_s=2, on_refused=lambda: refused.append(1)
+    )
     restarter.check()
     pods = sorted(p.metadata.name for p in restarter._model_pods(args.model))
     if len(pods) != 2:
@@ -40,7 +41,7 @@ def main() -> int:
     result = {}
     worker = Thread(target=lambda: result.setdefault("first", restarter.restart(alert(args.namespace, first))))
     worker.start()
-    time.sleep(5)   # the eviction of the first is accepted and its pod terminating
+    time.sleep(5)  # the eviction of the first is accepted and its pod terminating
     try:
         restarter.restart(alert(args.namespace, second))
         print("FAIL: the second eviction was accepted although the budget allows one disruption", file=sys.stderr)

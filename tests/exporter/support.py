@@ -130,8 +130,8 @@ class FakeNvml:
         pass
 
     def __init__(self, devices: list[tuple[int, int]], processes: dict[int, list[tuple[int, int | None]]]):
-        self.devices = devices          # [(used, total)] per device index
-        self.processes = processes      # device index -> [(pid, used bytes or None)]
+        self.devices = devices  # [(used, total)] per device index
+        self.processes = processes  # device index -> [(pid, used bytes or None)]
         self.fail = False
         self.initialised = False
 

@@ -142,7 +142,7 @@ def test_vllm_unreachable_is_counted_not_fatal(make, vllm):
     assert value("leakwatch_vllm_up") == 0
     assert value("leakwatch_vllm_metrics_series") is None
     assert value("leakwatch_collector_errors_total", collector="vllm") == 1
-    assert value("leakwatch_processes", role="worker") == 2   # /proc still read
+    assert value("leakwatch_processes", role="worker") == 2  # /proc still read
     assert Scrape(registry)("leakwatch_collector_errors_total", collector="vllm") == 2
 
 
@@ -265,7 +265,7 @@ def test_an_unreadable_state_file_is_ignored(make, tmp_path, caplog):
     _, registry = make(state_file=state)
     assert Scrape(registry)("leakwatch_vllm_restarts_total") == 0
     assert "ignoring unreadable state file" in caplog.text
-    assert '"restarts": 0' in state.read_text()   # rewritten with the current state
+    assert '"restarts": 0' in state.read_text()  # rewritten with the current state
 
 
 def test_every_family_is_in_the_csv_contract():

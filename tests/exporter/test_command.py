@@ -13,9 +13,9 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from leakwatch.cli import main
+from leakwatch.exporter.server import HEALTH_PATH, serve
 from leakwatch.native.ports import free_port
 from leakwatch.paths import REPO_ROOT
-from leakwatch.exporter.server import HEALTH_PATH, serve
 
 from .support import VllmEndpoint
 
@@ -71,8 +71,9 @@ def test_http_paths():
 def image_context(tmp_path):
     """What docker/leakwatch.Dockerfile copies, per its COPY lines (and .dockerignore allows)."""
     dockerfile = (REPO_ROOT / "docker" / "leakwatch.Dockerfile").read_text()
-    allowed = {line[1:].rstrip("/") for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
-               if line.startswith("!")}
+    allowed = {
+        line[1:].rstrip("/") for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
     copied = []
     for line in dockerfile.splitlines():
         if line.startswith("COPY "):
@@ -96,9 +97,23 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(context), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", vllm.url, "--port", str(port),
-         "--listen-address", "127.0.0.1"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "leakwatch",
+            "exporter",
+            "--vllm-url",
+            vllm.url,
+            "--port",
+            str(port),
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -110,9 +125,14 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
                 time.sleep(0.2)
         assert "leakwatch_vllm_up 1.0" in body and "leakwatch_vllm_metrics_series 430.0" in body
-        probe = subprocess.run([sys.executable, "-c", "import leakwatch.paths as p; print(p.REPO_ROOT)"],
-                               env=env, cwd=tmp_path, capture_output=True, text=True)
-        assert probe.stdout.strip() == str(context)   # the copy was used, not this checkout
+        probe = subprocess.run(
+            [sys.executable, "-c", "import leakwatch.paths as p; print(p.REPO_ROOT)"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert probe.stdout.strip() == str(context)  # the copy was used, not this checkout
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -124,7 +144,11 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
 def test_the_gpu_check_script_says_clearly_when_there_is_no_gpu():
     """scripts/gpu/check_exporter.py runs on GPU hosts only (docs/exporter.md); here it must refuse
     clearly instead of passing or crashing."""
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gpu" / "check_exporter.py"), "--steps", "1"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "gpu" / "check_exporter.py"), "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no CUDA GPU here" in result.stderr or "needs PyTorch with CUDA" in result.stderr

@@ -23,16 +23,16 @@ def sample(t, served, in_flight=0, host=None, gpu=None, identity=API, healthy=Tr
 def test_baseline_waits_for_warm_up_health_and_an_idle_moment():
     state = DerivedState(warmup_requests=10)
     state.update(sample(0, 9))
-    assert state.baseline is None                     # not warmed up
+    assert state.baseline is None  # not warmed up
     state.update(sample(1, 10, healthy=False))
-    assert state.baseline is None                     # engine not healthy
+    assert state.baseline is None  # engine not healthy
     state.update(sample(2, 12, in_flight=3))
-    assert state.baseline is None                     # requests in flight
+    assert state.baseline is None  # requests in flight
     state.update(sample(3, 15, host={"api_server": 610 * MIB}, gpu={"0": 20 * MIB}))
     assert state.baseline.requests == 15 and state.baseline.time == 3
     assert state.baseline.host == {"api_server": 610 * MIB} and state.baseline.gpu == {"0": 20 * MIB}
     state.update(sample(4, 25, host={"api_server": 630 * MIB}))
-    assert state.baseline.time == 3                   # taken once
+    assert state.baseline.time == 3  # taken once
     assert state.requests_since_baseline(sample(5, 25)) == 10
 
 
@@ -86,8 +86,8 @@ def burst(state, t0, before, peak, after, idle_s=30, served0=100, key="api_serve
     state.update(sample(t0, served0, host={key: before}))
     state.update(sample(t0 + 1, served0 + 5, in_flight=4, host={key: (before + peak) // 2}))
     state.update(sample(t0 + 2, served0 + 10, in_flight=4, host={key: peak}))
-    state.update(sample(t0 + 3, served0 + 12, host={key: after}))          # counter moved: still busy
-    state.update(sample(t0 + 4, served0 + 12, host={key: after}))          # idle from here
+    state.update(sample(t0 + 3, served0 + 12, host={key: after}))  # counter moved: still busy
+    state.update(sample(t0 + 4, served0 + 12, host={key: after}))  # idle from here
     state.update(sample(t0 + 4 + idle_s - 1, served0 + 12, host={key: after}))
     return served0 + 12
 
@@ -95,7 +95,7 @@ def burst(state, t0, before, peak, after, idle_s=30, served0=100, key="api_serve
 def test_retention_of_a_leak_is_one_and_of_released_memory_near_zero():
     state = DerivedState(warmup_requests=0, retention_idle_s=30, retention_min_gain_bytes=8 * MIB)
     served = burst(state, 0, before=600 * MIB, peak=700 * MIB, after=700 * MIB)
-    assert state.retention.ratios == {}                       # idle for 29 s only
+    assert state.retention.ratios == {}  # idle for 29 s only
     state.update(sample(34, served, host={"api_server": 700 * MIB}))
     assert state.retention.ratios == {("host", "api_server"): 1.0}
     served = burst(state, 100, before=700 * MIB, peak=800 * MIB, after=710 * MIB, served0=served)
@@ -129,9 +129,9 @@ def test_more_traffic_during_the_idle_wait_extends_the_burst():
     state.update(sample(2, 12, host={"api_server": 620 * MIB}))
     state.update(sample(5, 14, in_flight=1, host={"api_server": 700 * MIB}))  # busy again
     state.update(sample(13, 14, host={"api_server": 610 * MIB}))
-    assert state.retention.ratios == {}                        # idle only from this sample on
+    assert state.retention.ratios == {}  # idle only from this sample on
     state.update(sample(24, 14, host={"api_server": 610 * MIB}))
-    assert abs(state.retention.ratios[("host", "api_server")] - 0.1) < 1e-9   # peak 700, not 650
+    assert abs(state.retention.ratios[("host", "api_server")] - 0.1) < 1e-9  # peak 700, not 650
 
 
 def test_gpu_and_host_ratios_side_by_side_and_a_restart_clears_them():

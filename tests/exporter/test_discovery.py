@@ -17,11 +17,11 @@ from .support import VLLM_PORT, FakeClock, proc_tree
     [
         ("VLLM::EngineCore", ("engine_core", "")),
         ("VLLM::EngineCore_DP1", ("engine_core", "")),
-        ("VLLM::Worker", ("worker", "0")),            # vLLM 0.32 with one worker (this CPU machine)
-        ("VLLM::Worker_TP3", ("worker", "3")),        # tensor parallel
-        ("VLLM::Worker-2", ("worker", "2")),          # older releases
+        ("VLLM::Worker", ("worker", "0")),  # vLLM 0.32 with one worker (this CPU machine)
+        ("VLLM::Worker_TP3", ("worker", "3")),  # tensor parallel
+        ("VLLM::Worker-2", ("worker", "2")),  # older releases
         ("VLLM::Worker_DP0_PP1_TP2", ("worker", "DP0_PP1_TP2")),
-        ("VLLM::APIServer_1", ("api_server", "")),    # --api-server-count > 1
+        ("VLLM::APIServer_1", ("api_server", "")),  # --api-server-count > 1
         ("VLLM::DPCoordinator", ("other", "")),
         ("/venv/bin/python -B -c from multiprocessing.resource_tracker import main;main(32)", ("other", "")),
         ("VLLM::Workerish", ("other", "")),
@@ -46,8 +46,11 @@ def test_finds_the_tree_listening_on_the_port(tmp_path):
     # EngineCore (102) holds an inherited copy of the listening socket: its parent listens too, so
     # it is not a root. The other vLLM (200, 201) and unrelated processes are left out.
     assert roles(tree) == [
-        (100, "api_server", ""), (101, "other", ""), (102, "engine_core", ""),
-        (103, "worker", "0"), (104, "worker", "1"),
+        (100, "api_server", ""),
+        (101, "other", ""),
+        (102, "engine_core", ""),
+        (103, "worker", "0"),
+        (104, "worker", "1"),
     ]
     assert (tree.count("worker"), tree.count("engine_core"), tree.count("api_server")) == (2, 1, 1)
 
@@ -76,7 +79,7 @@ def test_restart_gives_a_new_identity_and_new_processes(tmp_path):
     # vLLM restarted: the old tree is gone; the new API server is pid 150 with a new EngineCore.
     for pid in (100, 101, 102, 103, 104):
         shutil.rmtree(proc / str(pid))
-    _clone(proc, 200, 150, ppid=1)      # an API server like 200, moved to port 8000
+    _clone(proc, 200, 150, ppid=1)  # an API server like 200, moved to port 8000
     _clone(proc, 201, 151, ppid=150)
     (proc / "150" / "fd" / "3").unlink()
     (proc / "150" / "fd" / "3").symlink_to("socket:[5001]")
@@ -117,8 +120,8 @@ def test_a_known_tree_is_checked_cheaply_and_walked_again_every_rescan(tmp_path)
     clock = FakeClock()
     discovery = Discovery(ProcFS(proc), VLLM_PORT, rescan_s=30, clock=clock)
     discovery.find()
-    shutil.rmtree(proc / "101")                      # a child exits: gone at once
-    _clone(proc, 103, 105, ppid=102)                 # a new worker appears: seen at the next walk
+    shutil.rmtree(proc / "101")  # a child exits: gone at once
+    _clone(proc, 103, 105, ppid=102)  # a new worker appears: seen at the next walk
     (proc / "105" / "cmdline").write_bytes(b"VLLM::Worker_TP2\0")
     clock.advance(29)
     assert [p.pid for p in discovery.find().processes] == [100, 102, 103, 104]
@@ -134,9 +137,9 @@ def test_while_vllm_is_down_it_is_looked_for_every_retry(tmp_path):
     (proc / "102" / "fd" / "3").unlink()
     discovery = Discovery(ProcFS(proc), VLLM_PORT, retry_s=2, clock=clock)
     assert discovery.find() is None
-    listener.symlink_to("socket:[5001]")             # vLLM is listening now
+    listener.symlink_to("socket:[5001]")  # vLLM is listening now
     clock.advance(1)
-    assert discovery.find() is None                  # not looked for yet
+    assert discovery.find() is None  # not looked for yet
     clock.advance(1)
     assert discovery.find().root_pid == 100
 

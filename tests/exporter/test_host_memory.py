@@ -23,8 +23,11 @@ def test_sums_per_role_and_rank(tmp_path):
     reading = memory.read(tree, errors.append)
     assert errors == []
     assert reading.rss == {
-        ("api_server", ""): 600000 * KIB, ("other", ""): 13000 * KIB, ("engine_core", ""): 620000 * KIB,
-        ("worker", "0"): 1700000 * KIB, ("worker", "1"): 1710000 * KIB,
+        ("api_server", ""): 600000 * KIB,
+        ("other", ""): 13000 * KIB,
+        ("engine_core", ""): 620000 * KIB,
+        ("worker", "0"): 1700000 * KIB,
+        ("worker", "1"): 1710000 * KIB,
     }
     assert reading.swap[("worker", "0")] == 4096 * KIB and reading.swap[("worker", "1")] == 0
     assert reading.pss[("api_server", "")] == 500000 * KIB
@@ -45,8 +48,8 @@ def test_smaps_is_cached_for_its_interval(tmp_path):
     (proc / "102" / "status").write_text((proc / "102" / "status").read_text().replace("620000", "630000"))
     clock.advance(59)
     reading = memory.read(tree, errors.append)
-    assert reading.pss[("engine_core", "")] == 480000 * KIB   # cached
-    assert reading.rss[("engine_core", "")] == 630000 * KIB   # RSS is read on every scrape
+    assert reading.pss[("engine_core", "")] == 480000 * KIB  # cached
+    assert reading.rss[("engine_core", "")] == 630000 * KIB  # RSS is read on every scrape
     clock.advance(1)
     assert memory.read(tree, errors.append).pss[("engine_core", "")] == 490000 * KIB
 
@@ -67,7 +70,7 @@ def test_a_failed_read_drops_that_roles_metric_and_is_reported(tmp_path):
     reading = memory.read(tree, errors.append)
     assert len(errors) == 1 and "Pss" in str(errors[0])
     assert ("worker", "1") not in reading.pss and ("worker", "1") not in reading.uss
-    assert reading.rss[("worker", "1")] == 1710000 * KIB   # RSS still read
+    assert reading.rss[("worker", "1")] == 1710000 * KIB  # RSS still read
     assert ("worker", "0") in reading.pss
 
 
@@ -132,5 +135,5 @@ def test_cgroup_v2_of_a_container_in_another_cgroup_namespace(tmp_path):
     (own / "memory.max").write_text("34359738368\n")
     memory = CgroupReader(ProcFS(proc), tmp_path / "sidecar-cgroup").read(100)
     assert (memory.usage, memory.limit) == (5 << 30, 32 << 30)
-    (proc / "100" / "cgroup").write_text("0::/kubepods/pod1/vllm\n")   # inside our namespace: no fallback
+    (proc / "100" / "cgroup").write_text("0::/kubepods/pod1/vllm\n")  # inside our namespace: no fallback
     assert CgroupReader(ProcFS(proc), tmp_path / "sidecar-cgroup").read(100) is None

@@ -18,10 +18,14 @@ def test_real_vllm_exposition():
 
 
 def test_running_and_waiting_add_up_but_waiting_by_reason_does_not():
-    text = vllm_metrics(7, in_flight=3).replace(
-        'vllm:num_requests_waiting{engine="0",model_name="demo"} 0.0',
-        'vllm:num_requests_waiting{engine="0",model_name="demo"} 2.0',
-    ).replace('reason="capacity"} 0.0', 'reason="capacity"} 2.0')
+    text = (
+        vllm_metrics(7, in_flight=3)
+        .replace(
+            'vllm:num_requests_waiting{engine="0",model_name="demo"} 0.0',
+            'vllm:num_requests_waiting{engine="0",model_name="demo"} 2.0',
+        )
+        .replace('reason="capacity"} 0.0', 'reason="capacity"} 2.0')
+    )
     stats = parse_metrics(text)
     assert (stats.requests_served, stats.in_flight) == (7, 5)
 

@@ -31,8 +31,10 @@ def chat_chunk(content: str | None = None, role: str | None = None) -> dict:
 
 
 def usage_chunk(prompt: int, completion: int) -> dict:
-    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                     "total_tokens": prompt + completion}}
+    return {
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
 
 
 def good_stream(tokens: int = 5, chat: bool = False, gap: float = 0.0) -> list:
@@ -55,8 +57,14 @@ class Behaviour:
 class Stream(Behaviour):
     """A chunked text/event-stream response built from events; `cut_after` stops without the last chunk."""
 
-    def __init__(self, events, cut_after: int | None = None, content_type: str = "text/event-stream",
-                 raw_lines: list[bytes] | None = None, finish: bool = True):
+    def __init__(
+        self,
+        events,
+        cut_after: int | None = None,
+        content_type: str = "text/event-stream",
+        raw_lines: list[bytes] | None = None,
+        finish: bool = True,
+    ):
         self.events = events
         self.cut_after = cut_after
         self.content_type = content_type
@@ -64,8 +72,10 @@ class Stream(Behaviour):
         self.finish = finish
 
     def respond(self, sock):
-        sock.sendall(f"HTTP/1.1 200 OK\r\ncontent-type: {self.content_type}\r\n"
-                     f"transfer-encoding: chunked\r\nconnection: close\r\n\r\n".encode())
+        sock.sendall(
+            f"HTTP/1.1 200 OK\r\ncontent-type: {self.content_type}\r\n"
+            f"transfer-encoding: chunked\r\nconnection: close\r\n\r\n".encode()
+        )
         pieces = self.raw_lines if self.raw_lines is not None else self.events
         for i, event in enumerate(pieces):
             if self.cut_after is not None and i >= self.cut_after:
@@ -86,8 +96,11 @@ class Status(Behaviour):
         self.content_type = content_type
 
     def respond(self, sock):
-        sock.sendall(f"HTTP/1.1 {self.status} X\r\ncontent-type: {self.content_type}\r\n"
-                     f"content-length: {len(self.body)}\r\nconnection: close\r\n\r\n".encode() + self.body)
+        sock.sendall(
+            f"HTTP/1.1 {self.status} X\r\ncontent-type: {self.content_type}\r\n"
+            f"content-length: {len(self.body)}\r\nconnection: close\r\n\r\n".encode()
+            + self.body
+        )
 
 
 class Stall(Behaviour):
@@ -130,8 +143,9 @@ class FakeServer:
                     return
                 path, body = request
                 if path.endswith("/v1/models"):
-                    Status(200, {"object": "list", "data": [{"id": server.model, "max_model_len": server.max_model_len}]}
-                           ).respond(self.request)
+                    Status(
+                        200, {"object": "list", "data": [{"id": server.model, "max_model_len": server.max_model_len}]}
+                    ).respond(self.request)
                     return
                 if path.endswith("/tokenize"):
                     Status(200, {"count": max(1, len(json.dumps(body)) // 4)}).respond(self.request)

@@ -44,22 +44,49 @@ class LocustRun:
         return total
 
 
-def run_locust(out_dir: Path, host: str, *args: str, locustfile: Path = LOADTEST, timeout: float = 300,
-               env: dict | None = None, background: bool = False):
+def run_locust(
+    out_dir: Path,
+    host: str,
+    *args: str,
+    locustfile: Path = LOADTEST,
+    timeout: float = 300,
+    env: dict | None = None,
+    background: bool = False,
+):
     """`locust -f loadtest/ --headless ...` writing CSV, HTML, request log and summary into out_dir.
 
     Prometheus' exporter binds a free port (Prometheus finds it through the file_sd target when a
     native stack's state dir is in LEAKWATCH_STATE_DIR). Returns a LocustRun, or the Popen when
     `background` is set."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [LOCUST, "-f", str(locustfile), "--headless", "-H", host, "--only-summary",
-           "--csv", str(out_dir / "run"), "--html", str(out_dir / "report.html"),
-           "--request-log", str(out_dir / "requests.csv"), "--loadgen-summary", str(out_dir / "summary.json"),
-           *args]
+    cmd = [
+        LOCUST,
+        "-f",
+        str(locustfile),
+        "--headless",
+        "-H",
+        host,
+        "--only-summary",
+        "--csv",
+        str(out_dir / "run"),
+        "--html",
+        str(out_dir / "report.html"),
+        "--request-log",
+        str(out_dir / "requests.csv"),
+        "--loadgen-summary",
+        str(out_dir / "summary.json"),
+        *args,
+    ]
     full_env = {**os.environ, "LOCUST_EXPORTER_PORT": str(free_port()), **(env or {})}
     if background:
-        return subprocess.Popen(cmd, stdout=open(out_dir / "locust.log", "w"), stderr=subprocess.STDOUT,
-                                cwd=out_dir, env=full_env, text=True)
+        return subprocess.Popen(
+            cmd,
+            stdout=open(out_dir / "locust.log", "w"),
+            stderr=subprocess.STDOUT,
+            cwd=out_dir,
+            env=full_env,
+            text=True,
+        )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, env=full_env)
     return LocustRun(proc.returncode, proc.stdout + proc.stderr, out_dir)
 

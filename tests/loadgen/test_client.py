@@ -8,7 +8,19 @@ import pytest
 from leakwatch.loadgen.client import StreamingClient, request_body
 from leakwatch.native.ports import free_port
 
-from .fakes import Behaviour, FakeServer, Hangup, Stall, Status, Stream, chat_chunk, completion_chunk, good_stream, sse, usage_chunk
+from .fakes import (
+    Behaviour,
+    FakeServer,
+    Hangup,
+    Stall,
+    Status,
+    Stream,
+    chat_chunk,
+    completion_chunk,
+    good_stream,
+    sse,
+    usage_chunk,
+)
 
 
 def stream(url: str, api: str = "completions", timeout: float = 5.0, model: str = "demo"):
@@ -35,8 +47,14 @@ def test_a_good_completions_stream_is_timed_per_chunk():
 
 
 def test_the_chat_role_chunk_is_not_a_token_but_empty_content_is():
-    events = [chat_chunk(role="assistant", content=""), chat_chunk("a"), chat_chunk(""), chat_chunk("b"),
-              usage_chunk(3, 3), b"[DONE]"]
+    events = [
+        chat_chunk(role="assistant", content=""),
+        chat_chunk("a"),
+        chat_chunk(""),
+        chat_chunk("b"),
+        usage_chunk(3, 3),
+        b"[DONE]",
+    ]
     with FakeServer(Stream(events)) as server:
         result = stream(server.url, api="chat")
     assert result.ok, result.message
@@ -50,22 +68,37 @@ def test_a_keep_alive_comment_and_event_fields_are_valid_sse():
     assert result.ok, result.message
 
 
-@pytest.mark.parametrize("behaviour, outcome, words", [
-    (Status(404, {"error": {"message": "The model `nope` does not exist.", "code": 404}}), "http_404", "does not exist"),
-    (Status(400, {"error": {"message": "This model's maximum context length is 2048 tokens."}}), "http_400", "maximum context"),
-    (Status(503, "upstream unavailable", "text/plain"), "http_503", "upstream unavailable"),
-    (Status(418, {"detail": "teapot"}), "http_4xx", "teapot"),
-    (Status(200, {"choices": [{"text": "whole answer"}]}), "not_streaming", "application/json"),
-    (Stream(None, raw_lines=[sse(completion_chunk("a")), b"this is not sse\n", sse(b"[DONE]")]), "malformed_sse", "not an SSE line"),
-    (Stream([completion_chunk("a"), b"{not json"]), "malformed_sse", "not JSON"),
-    (Stream([completion_chunk("a"), b"[1, 2]"]), "malformed_sse", "not a JSON object"),
-    (Stream(good_stream(6), cut_after=3), "stream_cut", "mid-stream"),
-    (Stream(good_stream(3)[:-1]), "stream_cut", "without [DONE]"),
-    (Stream([{"error": {"message": "engine dead", "code": 500}}]), "stream_error", "engine dead"),
-    (Stream([usage_chunk(3, 0), b"[DONE]"]), "no_tokens", "without any generated token"),
-    (Stream([completion_chunk("a"), b"[DONE]"]), "no_usage", "usage"),
-    (Hangup(), "no_response", "before a response"),
-])
+@pytest.mark.parametrize(
+    "behaviour, outcome, words",
+    [
+        (
+            Status(404, {"error": {"message": "The model `nope` does not exist.", "code": 404}}),
+            "http_404",
+            "does not exist",
+        ),
+        (
+            Status(400, {"error": {"message": "This model's maximum context length is 2048 tokens."}}),
+            "http_400",
+            "maximum context",
+        ),
+        (Status(503, "upstream unavailable", "text/plain"), "http_503", "upstream unavailable"),
+        (Status(418, {"detail": "teapot"}), "http_4xx", "teapot"),
+        (Status(200, {"choices": [{"text": "whole answer"}]}), "not_streaming", "application/json"),
+        (
+            Stream(None, raw_lines=[sse(completion_chunk("a")), b"this is not sse\n", sse(b"[DONE]")]),
+            "malformed_sse",
+            "not an SSE line",
+        ),
+        (Stream([completion_chunk("a"), b"{not json"]), "malformed_sse", "not JSON"),
+        (Stream([completion_chunk("a"), b"[1, 2]"]), "malformed_sse", "not a JSON object"),
+        (Stream(good_stream(6), cut_after=3), "stream_cut", "mid-stream"),
+        (Stream(good_stream(3)[:-1]), "stream_cut", "without [DONE]"),
+        (Stream([{"error": {"message": "engine dead", "code": 500}}]), "stream_error", "engine dead"),
+        (Stream([usage_chunk(3, 0), b"[DONE]"]), "no_tokens", "without any generated token"),
+        (Stream([completion_chunk("a"), b"[DONE]"]), "no_usage", "usage"),
+        (Hangup(), "no_response", "before a response"),
+    ],
+)
 def test_misbehaving_servers_give_classified_failures(behaviour: Behaviour, outcome: str, words: str):
     with FakeServer(behaviour) as server:
         result = stream(server.url)
@@ -123,8 +156,10 @@ def test_a_kept_alive_connection_closed_under_a_request_is_retried_once():
         def respond(self, sock):
             events = good_stream(2)
             body = b"".join(sse(e) for e in events)
-            sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
-                         % (len(body), body))
+            sock.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
             sock.recv(65536)  # the next request on this connection: read it, then hang up
 
     with FakeServer(KeepAliveThenHangup()) as server:

@@ -26,16 +26,24 @@ def test_the_folder_loads_two_workloads_and_one_shape():
     users = [line.strip() for line in listing.stdout.splitlines() if line.startswith("    ")]
     assert sorted(users) == ["CodeAssistanceUser", "CreativeWritingUser"]
     # Locust's own loader on each file (in a fresh interpreter: Locust monkey-patches on import).
-    probe = ("import json, sys; from locust.util.load_locustfile import load_locustfile; "
-             "print(json.dumps({f: [sorted(u), [type(s).__name__ for s in sh]] "
-             "for f in sys.argv[1:] for u, sh in [load_locustfile(f)]}))")
+    probe = (
+        "import json, sys; from locust.util.load_locustfile import load_locustfile; "
+        "print(json.dumps({f: [sorted(u), [type(s).__name__ for s in sh]] "
+        "for f in sys.argv[1:] for u, sh in [load_locustfile(f)]}))"
+    )
     files = [str(LOADTEST / name) for name in ("creative_writing.py", "code_assistance.py")]
-    loaded = json.loads(subprocess.run([sys.executable, "-c", probe, *files], capture_output=True, text=True,
-                                       timeout=60, check=True).stdout)
-    assert loaded == {files[0]: [["CreativeWritingUser"], ["LeakwatchShape"]],
-                      files[1]: [["CodeAssistanceUser"], ["LeakwatchShape"]]}
-    single = subprocess.run([LOCUST, "-f", str(LOADTEST / "code_assistance.py"), "--list"],
-                            capture_output=True, text=True, timeout=60)
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe, *files], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    )
+    assert loaded == {
+        files[0]: [["CreativeWritingUser"], ["LeakwatchShape"]],
+        files[1]: [["CodeAssistanceUser"], ["LeakwatchShape"]],
+    }
+    single = subprocess.run(
+        [LOCUST, "-f", str(LOADTEST / "code_assistance.py"), "--list"], capture_output=True, text=True, timeout=60
+    )
     assert single.returncode == 0 and "CodeAssistanceUser" in single.stdout and "Creative" not in single.stdout
 
 
@@ -51,14 +59,31 @@ def test_misbehaving_servers_are_counted_failures_not_crashed_users(tmp_path):
         Stream(good_stream(4, chat=True)),
         Status(404, {"error": {"message": "The model `x` does not exist."}}),
         Stream(good_stream(6, chat=True), cut_after=3),
-        Stream(None, raw_lines=[b"data: {\"choices\": [{\"text\": \"a\"}]}\n\n", b"<html>oops</html>\n"]),
+        Stream(None, raw_lines=[b'data: {"choices": [{"text": "a"}]}\n\n', b"<html>oops</html>\n"]),
         Status(200, {"choices": [{"text": "not streamed"}]}),
         Stall(2, headers=True),
     )
     with FakeServer(*behaviours) as server:
-        run = run_locust(tmp_path, server.url, "--load-shape", "steady", "-u", "3", "-r", "10",
-                         "--request-limit", "24", "--request-timeout", "0.5", "--corpus-size", "5",
-                         "--max-output-tokens", "16", "CreativeWritingUser", timeout=120)
+        run = run_locust(
+            tmp_path,
+            server.url,
+            "--load-shape",
+            "steady",
+            "-u",
+            "3",
+            "-r",
+            "10",
+            "--request-limit",
+            "24",
+            "--request-timeout",
+            "0.5",
+            "--corpus-size",
+            "5",
+            "--max-output-tokens",
+            "16",
+            "CreativeWritingUser",
+            timeout=120,
+        )
     assert run.returncode == 1, run.output  # Locust's exit code when requests failed
     assert run.csv("exceptions") == [], run.output  # no user raised
     outcomes = run.outcomes()
@@ -76,8 +101,19 @@ def test_misbehaving_servers_are_counted_failures_not_crashed_users(tmp_path):
 
 
 def test_an_unreachable_server_fails_every_request_cleanly(tmp_path):
-    run = run_locust(tmp_path, f"http://127.0.0.1:{free_port()}", "--load-shape", "steady", "-u", "2",
-                     "--request-limit", "6", "--corpus-size", "3", timeout=120)
+    run = run_locust(
+        tmp_path,
+        f"http://127.0.0.1:{free_port()}",
+        "--load-shape",
+        "steady",
+        "-u",
+        "2",
+        "--request-limit",
+        "6",
+        "--corpus-size",
+        "3",
+        timeout=120,
+    )
     assert run.returncode == 1
     assert run.csv("exceptions") == []
     assert run.outcomes() == {"connect_error": 6}
@@ -86,8 +122,23 @@ def test_an_unreachable_server_fails_every_request_cleanly(tmp_path):
 
 def test_distributed_processes_split_the_work_and_merge_on_the_master(tmp_path):
     with FakeServer(Stream(good_stream(3, chat=True))) as server:
-        run = run_locust(tmp_path, server.url, "--processes", "2", "--load-shape", "steady", "-u", "4",
-                         "-r", "10", "--request-limit", "30", "--corpus-size", "4", timeout=180)
+        run = run_locust(
+            tmp_path,
+            server.url,
+            "--processes",
+            "2",
+            "--load-shape",
+            "steady",
+            "-u",
+            "4",
+            "-r",
+            "10",
+            "--request-limit",
+            "30",
+            "--corpus-size",
+            "4",
+            timeout=180,
+        )
     assert run.returncode == 0, run.output
     assert run.outcomes() == {"ok": 30}
     processes = {row["process"] for row in run.requests}
@@ -99,10 +150,32 @@ def test_the_web_ui_shows_the_full_precision_tab(tmp_path):
     port = free_port()
     with FakeServer(Stream(good_stream(3, chat=True))) as server:
         proc = subprocess.Popen(
-            [LOCUST, "-f", str(LOADTEST / "creative_writing.py"), "-H", server.url, "--web-host", "127.0.0.1",
-             "--web-port", str(port), "--autostart", "--load-shape", "steady", "-u", "2", "--request-limit", "6",
-             "--corpus-size", "3", "--metrics-port", "-1"],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                LOCUST,
+                "-f",
+                str(LOADTEST / "creative_writing.py"),
+                "-H",
+                server.url,
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(port),
+                "--autostart",
+                "--load-shape",
+                "steady",
+                "-u",
+                "2",
+                "--request-limit",
+                "6",
+                "--corpus-size",
+                "3",
+                "--metrics-port",
+                "-1",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             rows = []
@@ -136,5 +209,7 @@ def test_every_option_the_readme_shows_exists():
     known = {flag for flag, *_ in OPTIONS} | set(re.findall(r"(--[a-z][a-z0-9-]+)", help_text))
     known.add("--max-num-seqs")  # vLLM's, named in the prose
     shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", section))
-    shown |= {f"--{line.split('=')[0].strip()}" for line in conf.splitlines() if "=" in line and not line.startswith("#")}
+    shown |= {
+        f"--{line.split('=')[0].strip()}" for line in conf.splitlines() if "=" in line and not line.startswith("#")
+    }
     assert shown and shown <= known, sorted(shown - known)

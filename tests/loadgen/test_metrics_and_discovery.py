@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from leakwatch.catalogue import exposed_names, loadgen_metrics, sample_names
 from leakwatch.loadgen import discovery, metrics
@@ -21,16 +21,22 @@ from leakwatch.paths import PROMETHEUS_DIR
 
 
 def scrape(stats: RunStats) -> str:
-    state = metrics.RunState(shape=lambda: "high-concurrency", model=lambda: "demo", users=lambda: 3,
-                             target_rate=lambda: 0.5)
+    state = metrics.RunState(
+        shape=lambda: "high-concurrency", model=lambda: "demo", users=lambda: 3, target_rate=lambda: 0.5
+    )
     return generate_latest(metrics.registry(lambda: stats, state)).decode()
 
 
 def busy_stats() -> RunStats:
     stats = RunStats()
     for i in range(5):
-        stats.record("creative", StreamResult(ttft=0.05 + i / 100, e2e=1 + i, itls=[0.01, 0.02], chunks=3,
-                                              output_tokens=3, prompt_tokens=100), queue_delay=0.001 * i)
+        stats.record(
+            "creative",
+            StreamResult(
+                ttft=0.05 + i / 100, e2e=1 + i, itls=[0.01, 0.02], chunks=3, output_tokens=3, prompt_tokens=100
+            ),
+            queue_delay=0.001 * i,
+        )
     stats.record("code", StreamResult(outcome="http_404", detail="no model"), 0.0)
     stats.stream_opened()
     return stats
@@ -51,10 +57,15 @@ def test_the_exporter_emits_exactly_the_contract():
 
 def test_exported_values():
     families = {f.name: f for f in text_string_to_metric_families(scrape(busy_stats()))}
-    requests = {(s.labels["workload"], s.labels["outcome"]): s.value for s in families["leakwatch_loadgen_requests"].samples}
+    requests = {
+        (s.labels["workload"], s.labels["outcome"]): s.value for s in families["leakwatch_loadgen_requests"].samples
+    }
     assert requests == {("creative", "ok"): 5, ("code", "http_404"): 1}
-    ttft = {s.labels.get("le"): s.value for s in families["leakwatch_loadgen_time_to_first_token_seconds"].samples
-            if s.name.endswith("_bucket") and s.labels["workload"] == "creative"}
+    ttft = {
+        s.labels.get("le"): s.value
+        for s in families["leakwatch_loadgen_time_to_first_token_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["workload"] == "creative"
+    }
     assert ttft["0.04"] == 0 and ttft["0.06"] == 1 and ttft["0.1"] == 5 and ttft["+Inf"] == 5
     assert families["leakwatch_loadgen_streams_in_flight"].samples[0].value == 1
     info = families["leakwatch_loadgen_info"].samples[0]

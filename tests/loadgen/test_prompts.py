@@ -16,7 +16,9 @@ from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder, LengthDistributi
 from leakwatch.loadgen.tokens import EstimatedTokenizer
 
 
-@pytest.mark.parametrize("name, part", [("creative", "input"), ("creative", "output"), ("code", "input"), ("code", "output")])
+@pytest.mark.parametrize(
+    "name, part", [("creative", "input"), ("creative", "output"), ("code", "input"), ("code", "output")]
+)
 def test_sampled_lengths_follow_the_configured_distributions(name, part):
     dist = getattr(WORKLOADS[name], part)
     rng = random.Random(11)

@@ -52,8 +52,12 @@ def test_streams_keep_to_the_script_and_the_record_says_when(reference):
     results = {}
     for i in range(6):
         key = f"t-{i}"
-        results[key] = client.stream("completions", request_body("completions", truth.MODEL, "hello", 5, True),
-                                     {"x-request-id": key}, keep_text=True)
+        results[key] = client.stream(
+            "completions",
+            request_body("completions", truth.MODEL, "hello", 5, True),
+            {"x-request-id": key},
+            keep_text=True,
+        )
     record = truth.take_record(reference)
     assert set(record) == set(results)
     for key, result in results.items():
@@ -79,17 +83,24 @@ def test_a_nonce_in_the_prompt_keys_a_request_without_an_id(reference):
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in resp.iter_lines() if line]
     assert lines[-1] == b"data: [DONE]"
-    assert json.loads(lines[0][len(b"data: "):])["choices"][0]["text"] == " 42"
+    assert json.loads(lines[0][len(b"data: ") :])["choices"][0]["text"] == " 42"
     assert list(truth.take_record(reference)) == ["42"]
 
 
-@pytest.mark.parametrize("body, status, message", [
-    (b"{not json", 400, "not JSON"),
-    (json.dumps({"model": "other", "prompt": "x", "stream": True}).encode(), 404, "does not exist"),
-    (json.dumps({"model": truth.MODEL, "prompt": "x"}).encode(), 400, "only streams"),
-    (json.dumps({"model": truth.MODEL, "prompt": "x", "stream": True, "max_tokens": 0}).encode(), 400, "max_tokens"),
-    (json.dumps({"model": truth.MODEL, "messages": [], "stream": True}).encode(), 400, "messages"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        (b"{not json", 400, "not JSON"),
+        (json.dumps({"model": "other", "prompt": "x", "stream": True}).encode(), 404, "does not exist"),
+        (json.dumps({"model": truth.MODEL, "prompt": "x"}).encode(), 400, "only streams"),
+        (
+            json.dumps({"model": truth.MODEL, "prompt": "x", "stream": True, "max_tokens": 0}).encode(),
+            400,
+            "max_tokens",
+        ),
+        (json.dumps({"model": truth.MODEL, "messages": [], "stream": True}).encode(), 400, "messages"),
+    ],
+)
 def test_bad_requests_get_a_clear_error(reference, body, status, message):
     path = "/v1/chat/completions" if b"messages" in body else "/v1/completions"
     resp = requests.post(reference + path, data=body, timeout=30)
@@ -107,15 +118,33 @@ def test_models_and_health(reference):
 def _locust(tmp_path, url, *args):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "line one\nline two", "output_tokens": 3}) + "\n")
-    return run_locust(tmp_path, url, "--model", truth.MODEL, "--prompts-file", str(prompts), "--load-shape", "steady",
-                      "-u", "1", "-r", "1", "--request-limit", "2", *args, "CreativeWritingUser", timeout=180)
+    return run_locust(
+        tmp_path,
+        url,
+        "--model",
+        truth.MODEL,
+        "--prompts-file",
+        str(prompts),
+        "--load-shape",
+        "steady",
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "--request-limit",
+        "2",
+        *args,
+        "CreativeWritingUser",
+        timeout=180,
+    )
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_the_load_generator_sends_the_profiles_conventions_and_its_request_ids(reference, tmp_path, api):
     truth.take_record(reference)
-    run = _locust(tmp_path, reference, "--api", api, "--client-profile", "janeway-13b-4090d",
-                  "--extra-body", '{"temperature": 0}')
+    run = _locust(
+        tmp_path, reference, "--api", api, "--client-profile", "janeway-13b-4090d", "--extra-body", '{"temperature": 0}'
+    )
     assert run.returncode == 0, run.output
     record = truth.take_record(reference)
     rows = run.requests
@@ -146,11 +175,14 @@ def test_bad_convention_options_stop_locust_with_a_clear_message(tmp_path):
     assert "Traceback" not in run.output
 
 
-@pytest.mark.parametrize("value, message", [
-    ("[1]", "--extra-body: must be a JSON object, not list"),
-    ("{temperature: 0}", "--extra-body: not JSON"),
-    ('{"stream": false, "model": "x"}', "--extra-body: may not set model, stream"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("[1]", "--extra-body: must be a JSON object, not list"),
+        ("{temperature: 0}", "--extra-body: not JSON"),
+        ('{"stream": false, "model": "x"}', "--extra-body: may not set model, stream"),
+    ],
+)
 def test_bad_extra_body_is_named(value, message):
     with pytest.raises(OptionError, match=re.escape(message)):
         LoadgenOptions.from_parsed(parsed(extra_body=value))
@@ -163,16 +195,28 @@ def test_extra_body_and_profile_are_read():
 
 
 def test_pairing_reports_errors_against_the_truth():
-    record = {"a": {"received": 10.0, "tokens": [10.1, 10.15, 10.25]},
-              "b": {"received": 20.0, "tokens": [20.3, 20.35]}}
-    ours = {"client": "loadgen", "completed": 2, "itl_p50": 0.05, "itl_p90": 0.09,
-            "rows": [{"request_id": "a", "ttft_s": "0.102"}, {"request_id": "b", "ttft_s": "0.303"},
-                     {"request_id": "unknown", "ttft_s": "9"}]}
+    record = {"a": {"received": 10.0, "tokens": [10.1, 10.15, 10.25]}, "b": {"received": 20.0, "tokens": [20.3, 20.35]}}
+    ours = {
+        "client": "loadgen",
+        "completed": 2,
+        "itl_p50": 0.05,
+        "itl_p90": 0.09,
+        "rows": [
+            {"request_id": "a", "ttft_s": "0.102"},
+            {"request_id": "b", "ttft_s": "0.303"},
+            {"request_id": "unknown", "ttft_s": "9"},
+        ],
+    }
     judged = truth.judge(ours, record)
     assert judged["paired"] == 2
     assert judged["truth_ttft_p50"] == pytest.approx(0.2) and judged["ttft_p50_err"] == pytest.approx(0.0025)
     assert judged["truth_itl_p50"] == pytest.approx(0.05)
-    theirs = {"client": "vllm", "completed": 1, "itls": [0.06], "requests": [{"key": "b", "ttft": 0.31, "itls": [0.06]}]}
+    theirs = {
+        "client": "vllm",
+        "completed": 1,
+        "itls": [0.06],
+        "requests": [{"key": "b", "ttft": 0.31, "itls": [0.06]}],
+    }
     assert truth.judge(theirs, record)["ttft_p50_err"] == pytest.approx(0.01)
     with pytest.raises(SystemExit, match="no request of the vllm run"):
         truth.judge({**theirs, "requests": [{"key": "zzz", "ttft": 1.0, "itls": []}]}, record)
@@ -187,14 +231,32 @@ def test_a_locustfile_takes_only_the_listeners_it_opts_into(reference, tmp_path)
         "from leakwatch.loadgen.listeners import CorpusPreparation, Sender\n"
         "from leakwatch.loadgen.locust_plugin import LeakwatchShape, StreamingUser, use\n"
         "use(CorpusPreparation, Sender)\n\n"
-        "class LeanUser(StreamingUser):\n    workload = 'creative'\n")
+        "class LeanUser(StreamingUser):\n    workload = 'creative'\n"
+    )
     truth.take_record(reference)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "hello", "output_tokens": 2}) + "\n")
     out = tmp_path / "out"
-    run = run_locust(out, reference, "--model", truth.MODEL, "--api", "completions", "--prompts-file", str(prompts),
-                     "--load-shape", "steady", "-u", "1", "-r", "1", "--request-limit", "3", locustfile=locustfile,
-                     timeout=120)
+    run = run_locust(
+        out,
+        reference,
+        "--model",
+        truth.MODEL,
+        "--api",
+        "completions",
+        "--prompts-file",
+        str(prompts),
+        "--load-shape",
+        "steady",
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "--request-limit",
+        "3",
+        locustfile=locustfile,
+        timeout=120,
+    )
     assert run.returncode == 0, run.output
     assert len(truth.take_record(reference)) == 3
     assert not (out / "requests.csv").exists() and not (out / "summary.json").exists()
@@ -208,11 +270,28 @@ def test_a_locustfile_without_a_sender_says_so(reference, tmp_path):
         "from leakwatch.loadgen.listeners import CorpusPreparation\n"
         "from leakwatch.loadgen.locust_plugin import LeakwatchShape, StreamingUser, use\n"
         "use(CorpusPreparation)\n\n"
-        "class LeanUser(StreamingUser):\n    workload = 'creative'\n")
-    run = run_locust(tmp_path / "out", reference, "--model", truth.MODEL, "--load-shape", "steady", "-u", "1", "-r", "1",
-                     "-t", "3s", locustfile=locustfile, timeout=120)
+        "class LeanUser(StreamingUser):\n    workload = 'creative'\n"
+    )
+    run = run_locust(
+        tmp_path / "out",
+        reference,
+        "--model",
+        truth.MODEL,
+        "--load-shape",
+        "steady",
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "-t",
+        "3s",
+        locustfile=locustfile,
+        timeout=120,
+    )
     assert run.returncode == 2
-    assert "the locustfile must use(Sender) from leakwatch.loadgen.listeners (it chose: CorpusPreparation)" in run.output
+    assert (
+        "the locustfile must use(Sender) from leakwatch.loadgen.listeners (it chose: CorpusPreparation)" in run.output
+    )
     assert "Traceback" not in run.output
 
 
@@ -227,9 +306,19 @@ def test_vllms_benchmark_client_is_paired_with_the_record(reference, tmp_path):
     build_tokenizer(tmp_path / "tok", 512, 256)
     answer = AnswerTexts(LocalTokenizer(str(tmp_path / "tok"))).of(4)
     sharegpt = tmp_path / "sharegpt.json"
-    sharegpt.write_text(json.dumps([{"conversations": [
-        {"from": "human", "value": f"[lw-req {i}] tell me a story about the sea and the ship, please"},
-        {"from": "gpt", "value": answer}]} for i in range(8)]))
+    sharegpt.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": f"[lw-req {i}] tell me a story about the sea and the ship, please"},
+                        {"from": "gpt", "value": answer},
+                    ]
+                }
+                for i in range(8)
+            ]
+        )
+    )
     client = VllmClient(tmp_path / "vllm-client.log")
     try:
         truth.take_record(reference)

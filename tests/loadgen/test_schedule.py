@@ -26,14 +26,17 @@ def test_gaps_are_exponential_at_the_configured_rate():
 def test_the_schedule_is_fixed_by_its_seed_and_ends_at_the_duration():
     a = ArrivalProcess(requests_per_day=5000, compression=100, duration_s=3600, seed=1)
     assert list(a.arrivals()) == list(a.arrivals())
-    assert list(a.arrivals()) != list(ArrivalProcess(requests_per_day=5000, compression=100, duration_s=3600, seed=2).arrivals())
+    assert list(a.arrivals()) != list(
+        ArrivalProcess(requests_per_day=5000, compression=100, duration_s=3600, seed=2).arrivals()
+    )
     times = list(a.arrivals())
     assert times == sorted(times) and times[0] > 0 and times[-1] < a.real_duration_s == 36
 
 
 def test_diurnal_modulation_follows_the_daily_curve():
-    process = ArrivalProcess(requests_per_day=200000, compression=1, duration_s=86400, diurnal_amplitude=0.6,
-                             peak_hour=14, seed=3)
+    process = ArrivalProcess(
+        requests_per_day=200000, compression=1, duration_s=86400, diurnal_amplitude=0.6, peak_hour=14, seed=3
+    )
     hours = np.fromiter(process.arrivals(), float) // 3600
     counts = np.bincount(hours.astype(int), minlength=24)
     expected = np.array([process.rate_at(h * 3600 + 1800) * 3600 for h in range(24)])
@@ -54,8 +57,9 @@ def test_workers_split_the_schedule_without_overlap():
         worker_share(iter([]), 3, 3)
 
 
-@pytest.mark.parametrize("kwargs", [dict(requests_per_day=0), dict(compression=-1), dict(duration_s=0),
-                                    dict(diurnal_amplitude=1.5)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(requests_per_day=0), dict(compression=-1), dict(duration_s=0), dict(diurnal_amplitude=1.5)]
+)
 def test_bad_parameters_are_refused(kwargs):
     with pytest.raises(ValueError):
         ArrivalProcess(**kwargs)

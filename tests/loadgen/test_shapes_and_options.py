@@ -13,10 +13,32 @@ from leakwatch.loadgen.shapes import HighConcurrencyPlan, ProductionDayPlan
 def test_high_concurrency_steps_up_holds_and_steps_down():
     plan = HighConcurrencyPlan(streams=256, step=64, step_s=10, hold_s=30)
     timeline = [plan.users_at(t) for t in range(0, 120, 5)]
-    assert timeline == [64, 64, 128, 128, 192, 192, 256, 256,      # ramp-up, 4 steps
-                        256, 256, 256, 256, 256, 256,              # hold
-                        192, 192, 128, 128, 64, 64,                # ramp-down
-                        None, None, None, None]
+    assert timeline == [
+        64,
+        64,
+        128,
+        128,
+        192,
+        192,
+        256,
+        256,  # ramp-up, 4 steps
+        256,
+        256,
+        256,
+        256,
+        256,
+        256,  # hold
+        192,
+        192,
+        128,
+        128,
+        64,
+        64,  # ramp-down
+        None,
+        None,
+        None,
+        None,
+    ]
     assert plan.duration_s == 110 and plan.phase_at(45) == "hold" and plan.phase_at(200) == "done"
 
 
@@ -61,19 +83,22 @@ def test_prompt_scale_for_all_or_per_workload():
     assert LoadgenOptions.from_parsed(parsed(prompt_scale="code=0.1")).prompt_scale("creative") == 1.0
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (dict(load_shape="storm"), "--load-shape: 'storm' is not one of"),
-    (dict(api="embeddings"), "--api"),
-    (dict(requests_per_day=0), "--requests-per-day: must be greater than 0"),
-    (dict(streams=0), "--streams: must be at least 1"),
-    (dict(diurnal_amplitude=2), "--diurnal-amplitude"),
-    (dict(day_length="a while"), "--day-length: not a duration"),
-    (dict(hold="-5"), "hold"),
-    (dict(prompt_scale="chat=0.1"), "--prompt-scale: unknown workload 'chat'"),
-    (dict(prompt_scale="code=0"), "--prompt-scale: must be greater than 0"),
-    (dict(metrics_port=70000), "--metrics-port"),
-    (dict(time_compression="fast"), "--time-compression: not a number"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (dict(load_shape="storm"), "--load-shape: 'storm' is not one of"),
+        (dict(api="embeddings"), "--api"),
+        (dict(requests_per_day=0), "--requests-per-day: must be greater than 0"),
+        (dict(streams=0), "--streams: must be at least 1"),
+        (dict(diurnal_amplitude=2), "--diurnal-amplitude"),
+        (dict(day_length="a while"), "--day-length: not a duration"),
+        (dict(hold="-5"), "hold"),
+        (dict(prompt_scale="chat=0.1"), "--prompt-scale: unknown workload 'chat'"),
+        (dict(prompt_scale="code=0"), "--prompt-scale: must be greater than 0"),
+        (dict(metrics_port=70000), "--metrics-port"),
+        (dict(time_compression="fast"), "--time-compression: not a number"),
+    ],
+)
 def test_bad_settings_name_the_option(overrides, words):
     with pytest.raises(OptionError, match=words.replace("(", r"\(")):
         LoadgenOptions.from_parsed(parsed(**overrides))

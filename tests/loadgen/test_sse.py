@@ -31,12 +31,15 @@ def test_a_last_event_without_blank_line_is_flushed():
     assert parser.flush() is None
 
 
-@pytest.mark.parametrize("lines, match", [
-    ([b"garbage\n"], "not an SSE line"),
-    ([b"data: {broken\n", b"\n"], "not JSON"),
-    ([b"data: 42\n", b"\n"], "not a JSON object"),
-    ([b"<html>502 Bad Gateway</html>\n"], "not an SSE line"),
-])
+@pytest.mark.parametrize(
+    "lines, match",
+    [
+        ([b"garbage\n"], "not an SSE line"),
+        ([b"data: {broken\n", b"\n"], "not JSON"),
+        ([b"data: 42\n", b"\n"], "not a JSON object"),
+        ([b"<html>502 Bad Gateway</html>\n"], "not an SSE line"),
+    ],
+)
 def test_malformed_input_raises(lines, match):
     with pytest.raises(sse.MalformedStream, match=match):
         feed_all(lines)

@@ -48,10 +48,31 @@ def test_high_concurrency_reaches_and_holds_256_streams(native_stack, tmp_path):
     exporter = free_port()
     # Short prompts and outputs so a wave of 256 streams fits the 2-core CPU server; --stop-timeout
     # lets the ramp-down finish streams instead of cutting them.
-    proc = run_locust(tmp_path, url, "--load-shape", "high-concurrency", "--streams", "256", "--ramp-step", "64",
-                      "--step-duration", "5s", "--hold", "30s", "--stop-timeout", "120", "--prompt-scale", "0.25",
-                      "--max-output-tokens", "256", "--corpus-size", "64", "CreativeWritingUser",
-                      env={"LOCUST_EXPORTER_PORT": str(exporter)}, background=True)
+    proc = run_locust(
+        tmp_path,
+        url,
+        "--load-shape",
+        "high-concurrency",
+        "--streams",
+        "256",
+        "--ramp-step",
+        "64",
+        "--step-duration",
+        "5s",
+        "--hold",
+        "30s",
+        "--stop-timeout",
+        "120",
+        "--prompt-scale",
+        "0.25",
+        "--max-output-tokens",
+        "256",
+        "--corpus-size",
+        "64",
+        "CreativeWritingUser",
+        env={"LOCUST_EXPORTER_PORT": str(exporter)},
+        background=True,
+    )
     server_running, client = [], []
     deadline = time.monotonic() + 420
     while proc.poll() is None and time.monotonic() < deadline:
@@ -72,9 +93,11 @@ def test_high_concurrency_reaches_and_holds_256_streams(native_stack, tmp_path):
     assert at_top and statistics.median(at_top) >= 250, client  # the client holds 256 streams open
     assert max(v for v in server_running if v is not None) == 256, server_running
     top = [v for v in server_running if v is not None and v > 0]
-    print(f"\nhigh concurrency: {outcomes['ok']} requests; server vllm:num_requests_running max "
-          f"{max(top):.0f}, median while busy {statistics.median(top):.0f}; client streams at 256 users: "
-          f"median {statistics.median(at_top):.0f} over {len(at_top)} samples")
+    print(
+        f"\nhigh concurrency: {outcomes['ok']} requests; server vllm:num_requests_running max "
+        f"{max(top):.0f}, median while busy {statistics.median(top):.0f}; client streams at 256 users: "
+        f"median {statistics.median(at_top):.0f} over {len(at_top)} samples"
+    )
 
 
 @pytest.mark.slow
@@ -84,9 +107,28 @@ def test_production_day_is_poisson_and_agrees_with_the_server(native_stack, tmp_
     before = settle(url)
     # 1000 requests/day compressed 180x: 6 simulated hours in 2 minutes, ~250 requests at 2.1/s.
     rate = 1000 / 86400 * 180
-    proc = run_locust(tmp_path, url, "--load-shape", "production-day", "--requests-per-day", "1000",
-                      "--day-length", "6h", "--time-compression", "180", "--seed", "3", "--max-in-flight", "64",
-                      "--max-output-tokens", "64", "--corpus-size", "100", "CreativeWritingUser", background=True)
+    proc = run_locust(
+        tmp_path,
+        url,
+        "--load-shape",
+        "production-day",
+        "--requests-per-day",
+        "1000",
+        "--day-length",
+        "6h",
+        "--time-compression",
+        "180",
+        "--seed",
+        "3",
+        "--max-in-flight",
+        "64",
+        "--max-output-tokens",
+        "64",
+        "--corpus-size",
+        "100",
+        "CreativeWritingUser",
+        background=True,
+    )
     scraped = discovered = False
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
@@ -104,13 +146,15 @@ def test_production_day_is_poisson_and_agrees_with_the_server(native_stack, tmp_
     gaps = np.diff(sent)
     ks = stats.kstest(gaps, "expon", args=(0, 1 / rate))
     lateness = np.array([float(r["queue_delay_s"]) for r in rows])
-    print(f"\nproduction day: {len(rows)} requests, KS p-value {ks.pvalue:.3f} (D={ks.statistic:.4f}) for "
-          f"exponential gaps at {rate:.3f}/s; client queue delay p50 {np.median(lateness) * 1000:.2f} ms, "
-          f"max {lateness.max() * 1000:.1f} ms")
+    print(
+        f"\nproduction day: {len(rows)} requests, KS p-value {ks.pvalue:.3f} (D={ks.statistic:.4f}) for "
+        f"exponential gaps at {rate:.3f}/s; client queue delay p50 {np.median(lateness) * 1000:.2f} ms, "
+        f"max {lateness.max() * 1000:.1f} ms"
+    )
     assert ks.pvalue > 0.01
     assert stats.kstest(gaps, "expon", args=(0, 1 / (1.5 * rate))).pvalue < 0.01  # the test can tell rates apart
     expected = run.summary["schedule"]["expected_arrivals"]
-    assert abs(len(rows) - expected) < 4 * expected ** 0.5
+    assert abs(len(rows) - expected) < 4 * expected**0.5
 
     # Prompt lengths: the server counts exactly what the corpus measured, uniform over 200-800.
     assert all(int(r["prompt_tokens"]) == int(r["corpus_prompt_tokens"]) for r in rows)
@@ -127,12 +171,15 @@ def test_production_day_is_poisson_and_agrees_with_the_server(native_stack, tmp_
     assert sum(int(r["prompt_tokens"]) for r in rows) == prompted
 
     # TTFT: the client (which also sees HTTP and the API server) is not faster than the engine.
-    server = server_metrics.quantile(server_metrics.delta(before.histogram(server_metrics.TTFT),
-                                                          after.histogram(server_metrics.TTFT)), 0.5)
+    server = server_metrics.quantile(
+        server_metrics.delta(before.histogram(server_metrics.TTFT), after.histogram(server_metrics.TTFT)), 0.5
+    )
     client_median = float(np.median([float(r["ttft_s"]) for r in rows]))
-    print(f"TTFT median: client {client_median * 1000:.2f} ms, server histogram bucket "
-          f"{server.lower * 1000:g}-{server.upper * 1000:g} ms (interpolated {server.estimate * 1000:.2f} ms): "
-          f"gap {(client_median - server.estimate) * 1000:+.2f} ms")
+    print(
+        f"TTFT median: client {client_median * 1000:.2f} ms, server histogram bucket "
+        f"{server.lower * 1000:g}-{server.upper * 1000:g} ms (interpolated {server.estimate * 1000:.2f} ms): "
+        f"gap {(client_median - server.estimate) * 1000:+.2f} ms"
+    )
     assert client_median >= server.lower
 
     # Prometheus scraped the run through its file_sd target, which is gone now that Locust quit.
@@ -160,9 +207,26 @@ def test_code_prompts_fit_the_demo_context_with_the_server_tokenizer(native_stac
             assert abs(p.prompt_tokens - goal) <= max(60, 0.03 * goal), p  # whole lines of code
     print(f"\ncode corpus on the demo model: {builder.stats.summary('code', counter, 2048)}")
     # The server agrees with the corpus on every prompt it serves.
-    run = run_locust(tmp_path, url, "--load-shape", "steady", "-u", "4", "-r", "4", "--request-limit", "24",
-                     "--prompt-scale", "code=0.1", "--max-output-tokens", "16", "--corpus-size", "24",
-                     "CodeAssistanceUser", timeout=300)
+    run = run_locust(
+        tmp_path,
+        url,
+        "--load-shape",
+        "steady",
+        "-u",
+        "4",
+        "-r",
+        "4",
+        "--request-limit",
+        "24",
+        "--prompt-scale",
+        "code=0.1",
+        "--max-output-tokens",
+        "16",
+        "--corpus-size",
+        "24",
+        "CodeAssistanceUser",
+        timeout=300,
+    )
     assert run.returncode == 0, run.output[-3000:]
     rows = run.requests
     assert len(rows) == 24 and all(r["prompt_tokens"] == r["corpus_prompt_tokens"] for r in rows)
@@ -174,17 +238,38 @@ def test_a_wrong_model_name_is_a_classified_http_404(native_stack, tmp_path):
     result = client.stream("chat", request_body("chat", "no-such-model", [{"role": "user", "content": "hi"}], 4, True))
     client.close()
     assert result.outcome == "http_404" and "does not exist" in result.message
-    run = run_locust(tmp_path, native_stack.vllm_url, "--model", "no-such-model", "--load-shape", "steady", "-u", "2",
-                     "--request-limit", "6", "--corpus-size", "3", "--tokenizer", "estimate", timeout=180)
+    run = run_locust(
+        tmp_path,
+        native_stack.vllm_url,
+        "--model",
+        "no-such-model",
+        "--load-shape",
+        "steady",
+        "-u",
+        "2",
+        "--request-limit",
+        "6",
+        "--corpus-size",
+        "3",
+        "--tokenizer",
+        "estimate",
+        timeout=180,
+    )
     assert run.returncode == 1 and run.csv("exceptions") == []
     assert run.outcomes() == {"http_404": 6}
     assert "is not served by" in run.output and "fix --model" in run.output
 
 
 def test_client_histograms_use_the_server_s_bucket_edges(native_stack):
-    requests.post(f"{native_stack.vllm_url}/v1/completions", timeout=60,
-                  json={"model": native_stack.model, "prompt": "edges", "max_tokens": 4})
+    requests.post(
+        f"{native_stack.vllm_url}/v1/completions",
+        timeout=60,
+        json={"model": native_stack.model, "prompt": "edges", "max_tokens": 4},
+    )
     snap = server_metrics.scrape(native_stack.vllm_url)
-    for name, ours in ((server_metrics.TTFT, TTFT_BUCKETS), (server_metrics.ITL, ITL_BUCKETS),
-                       ("vllm:e2e_request_latency_seconds", E2E_BUCKETS)):
+    for name, ours in (
+        (server_metrics.TTFT, TTFT_BUCKETS),
+        (server_metrics.ITL, ITL_BUCKETS),
+        ("vllm:e2e_request_latency_seconds", E2E_BUCKETS),
+    ):
         assert sorted(snap.histogram(name))[:-1] == list(ours), name

@@ -13,10 +13,15 @@ import requests
 
 from leakwatch.catalogue import PROMETHEUS_SYNTHETIC, exporter_metrics, metric_names, recorded_names
 from leakwatch.dashboards import boards
-from leakwatch.dashboards.loadtest import loadgen_series
 from leakwatch.dashboards.live import (
-    default_range_s, resolve_variables, run_annotation, run_panel, scrape_interval_s, variable_values,
+    default_range_s,
+    resolve_variables,
+    run_annotation,
+    run_panel,
+    scrape_interval_s,
+    variable_values,
 )
+from leakwatch.dashboards.loadtest import loadgen_series
 from leakwatch.promapi import PrometheusError
 
 pytestmark = pytest.mark.stack
@@ -32,8 +37,12 @@ WARMUP_REQUESTS = 10
 
 
 def _complete(stack, model: str, stream: bool, tokens: int = 24, prompt: str = PROMPT) -> int:
-    resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=300, stream=stream,
-                         json={"model": model, "prompt": prompt, "max_tokens": tokens, "stream": stream})
+    resp = requests.post(
+        f"{stack.vllm_url}/v1/completions",
+        timeout=300,
+        stream=stream,
+        json={"model": model, "prompt": prompt, "max_tokens": tokens, "stream": stream},
+    )
     if stream:
         for _ in resp.iter_lines():
             pass
@@ -52,9 +61,27 @@ def _locust_run(stack, out_dir) -> None:
     Prometheus; long enough for several scrapes, so the client side has rates."""
     from tests.loadgen.locust_run import run_locust  # the load generator's own test helper
 
-    run = run_locust(out_dir, stack.vllm_url, "--load-shape", "high-concurrency", "--streams", "32",
-                     "--ramp-step", "16", "--step-duration", "5s", "--hold", "60s", "--max-output-tokens", "64",
-                     "--corpus-size", "8", "--stop-timeout", "20", timeout=400)
+    run = run_locust(
+        out_dir,
+        stack.vllm_url,
+        "--load-shape",
+        "high-concurrency",
+        "--streams",
+        "32",
+        "--ramp-step",
+        "16",
+        "--step-duration",
+        "5s",
+        "--hold",
+        "60s",
+        "--max-output-tokens",
+        "64",
+        "--corpus-size",
+        "8",
+        "--stop-timeout",
+        "20",
+        timeout=400,
+    )
     assert run.returncode == 0, run.output[-3000:]
 
 
@@ -114,7 +141,9 @@ def test_every_metric_a_dashboard_uses_is_one_an_exporter_emits(metric_catalogue
     allowed = metric_catalogue | EXPORTER | (loadgen_series() or set()) | recorded_names() | PROMETHEUS_SYNTHETIC
     unknown = [
         f"{where}: {sorted(metric_names(expr) - allowed)}"
-        for board in BOARDS for where, expr in board.queries() if metric_names(expr) - allowed
+        for board in BOARDS
+        for where, expr in board.queries()
+        if metric_names(expr) - allowed
     ]
     assert unknown == []
     # The catalogue is a live scrape, not a list that accepts anything.
@@ -179,7 +208,9 @@ def test_annotation_queries_run(board, native_stack, traffic, variables):
 def test_cli_check_reports_every_serving_panel_with_data(native_stack, traffic, capsys):
     from leakwatch.cli import main
 
-    code = main(["dashboards", "check", "--prometheus", native_stack.prometheus.base_url, "--dashboard", "leakwatch-serving"])
+    code = main(
+        ["dashboards", "check", "--prometheus", native_stack.prometheus.base_url, "--dashboard", "leakwatch-serving"]
+    )
     out = capsys.readouterr().out
     panels = len(next(b for b in BOARDS if b.uid == "leakwatch-serving").panels())
     assert code == 0, out

@@ -42,7 +42,10 @@ def test_memory_comes_back_near_the_pre_leak_baseline(drill):
 def test_check_recovers_the_injected_rate_within_15_percent(drill):
     _cfg, result, log = drill
     assert result.leak["verdict"] == "LEAK", result.leak
-    assert result.estimate_error_pct is not None and result.estimate_error_pct <= 15.0, (result.estimate_bytes_per_request, log)
+    assert result.estimate_error_pct is not None and result.estimate_error_pct <= 15.0, (
+        result.estimate_bytes_per_request,
+        log,
+    )
 
 
 def test_the_control_phase_is_no_leak(drill):

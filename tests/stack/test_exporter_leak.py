@@ -27,7 +27,7 @@ from ..exporter.support import Scraped
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 MIB = 1 << 20
-LEAK_BYTES = 2 * MIB   # what the middleware keeps per /v1 request: the truth
+LEAK_BYTES = 2 * MIB  # what the middleware keeps per /v1 request: the truth
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
 # A burst is rated against the memory of an idle sample before it; the sample that takes the
 # baseline may still count the last warm-up requests as traffic, so wait a few samples (0.5 s each).
@@ -35,9 +35,13 @@ IDLE_BEFORE_BURST_S = 3
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 # Families that may be absent, and the fact that decides it here (checked both ways below).
 GPU_FAMILIES = {
-    "leakwatch_gpu_memory_used_bytes", "leakwatch_gpu_memory_total_bytes", "leakwatch_gpu_process_memory_bytes",
-    "leakwatch_gpu_memory_baseline_bytes", "leakwatch_gpu_memory_growth_bytes",
-    "leakwatch_gpu_memory_growth_per_request_bytes", "leakwatch_vram_retention_ratio",
+    "leakwatch_gpu_memory_used_bytes",
+    "leakwatch_gpu_memory_total_bytes",
+    "leakwatch_gpu_process_memory_bytes",
+    "leakwatch_gpu_memory_baseline_bytes",
+    "leakwatch_gpu_memory_growth_bytes",
+    "leakwatch_gpu_memory_growth_per_request_bytes",
+    "leakwatch_vram_retention_ratio",
 }
 
 
@@ -59,14 +63,32 @@ def exporter(leaky_stack, tmp_path_factory):
     log = tmp_path_factory.mktemp("exporter") / "exporter.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "leakwatch", "exporter", "--vllm-url", leaky_stack.vllm_url,
-             "--listen-address", "127.0.0.1", "--port", str(port),
-             "--warmup-requests", "5", "--sample-interval", "0.5", "--retention-idle", "3",
-             # Two requests' allocations in flight make a burst worth rating (the default, 8 MiB,
-             # needs four sampled at once, which a quick burst on an idle machine can slip past).
-             "--retention-min-gain", str(2 * LEAK_BYTES / MIB),
-             "--smaps-interval", "0"],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "leakwatch",
+                "exporter",
+                "--vllm-url",
+                leaky_stack.vllm_url,
+                "--listen-address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--warmup-requests",
+                "5",
+                "--sample-interval",
+                "0.5",
+                "--retention-idle",
+                "3",
+                # Two requests' allocations in flight make a burst worth rating (the default, 8 MiB,
+                # needs four sampled at once, which a quick burst on an idle machine can slip past).
+                "--retention-min-gain",
+                str(2 * LEAK_BYTES / MIB),
+                "--smaps-interval",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -102,9 +124,12 @@ def wait_for(predicate, timeout: float, message: str, interval: float = 0.5):
 
 def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32) -> None:
     def one(i):
-        resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=120,
-                             headers={"X-Leakwatch-Leak-Mode": mode},
-                             json={"model": stack.model, "prompt": f"leak drill {i}", "max_tokens": max_tokens})
+        resp = requests.post(
+            f"{stack.vllm_url}/v1/completions",
+            timeout=120,
+            headers={"X-Leakwatch-Leak-Mode": mode},
+            json={"model": stack.model, "prompt": f"leak drill {i}", "max_tokens": max_tokens},
+        )
         assert resp.status_code == 200, resp.text
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -118,6 +143,7 @@ def baseline_ready(url: str) -> Scraped | None:
 
 def idle_ratio_after(url: str, since: float) -> Scraped:
     """The first scrape whose host retention ratio for the API server was computed after `since`."""
+
     def ready():
         scraped = Scraped.get(url)
         ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
@@ -127,9 +153,11 @@ def idle_ratio_after(url: str, since: float) -> Scraped:
         return wait_for(ready, 60, "no retention ratio after the burst")
     except pytest.fail.Exception:
         last = Scraped.get(url)
-        pytest.fail(f"no retention ratio after the burst (restarts {last.value('leakwatch_vllm_restarts_total')}, "
-                    f"baseline ready {last.value('leakwatch_baseline_ready')}, requests since baseline "
-                    f"{last.value('leakwatch_requests_since_baseline')})")
+        pytest.fail(
+            f"no retention ratio after the burst (restarts {last.value('leakwatch_vllm_restarts_total')}, "
+            f"baseline ready {last.value('leakwatch_baseline_ready')}, requests since baseline "
+            f"{last.value('leakwatch_requests_since_baseline')})"
+        )
 
 
 def api_server_pids(stack) -> set[int]:
@@ -161,13 +189,17 @@ def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
     assert before.value("leakwatch_vllm_restarts_total") == 0 and before.value("leakwatch_baseline_ready") == 1
     old_pids = api_server_pids(leaky_stack)
     worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
-    os.kill(worker.pid, signal.SIGKILL)   # vLLM exits; supervisord starts it again
+    os.kill(worker.pid, signal.SIGKILL)  # vLLM exits; supervisord starts it again
 
     def restarted():
         scraped = Scraped.get(exporter)
         new = api_server_pids(leaky_stack)
-        done = (scraped.value("leakwatch_vllm_restarts_total") == 1 and new and not new & old_pids
-                and scraped.value("leakwatch_processes", role="worker") == 1)
+        done = (
+            scraped.value("leakwatch_vllm_restarts_total") == 1
+            and new
+            and not new & old_pids
+            and scraped.value("leakwatch_processes", role="worker") == 1
+        )
         return scraped if done else None
 
     scraped = wait_for(restarted, 400, "the exporter did not see vLLM's restart", interval=1)
@@ -177,8 +209,11 @@ def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
     worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
     measured = scraped.value("leakwatch_process_resident_memory_bytes", role="worker", rank="0")
     assert measured == pytest.approx(psutil.Process(worker.pid).memory_info().rss, rel=0.05)
-    wait_for(lambda: requests.get(f"{leaky_stack.vllm_url}/health", timeout=5).status_code == 200, 300,
-             "vLLM not healthy after its restart")
+    wait_for(
+        lambda: requests.get(f"{leaky_stack.vllm_url}/health", timeout=5).status_code == 200,
+        300,
+        "vLLM not healthy after its restart",
+    )
 
 
 def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
@@ -193,8 +228,10 @@ def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
     served = scraped.value("leakwatch_requests_since_baseline")
     per_request = scraped.value("leakwatch_host_memory_growth_per_request_bytes", role="api_server")
     error = per_request / LEAK_BYTES - 1
-    print(f"leak: growth per request {per_request:.0f} B over {served:.0f} requests, truth {LEAK_BYTES} B, "
-          f"error {error:+.2%}, retention {scraped.value('leakwatch_host_memory_retention_ratio', role='api_server'):.3f}")
+    print(
+        f"leak: growth per request {per_request:.0f} B over {served:.0f} requests, truth {LEAK_BYTES} B, "
+        f"error {error:+.2%}, retention {scraped.value('leakwatch_host_memory_retention_ratio', role='api_server'):.3f}"
+    )
     assert served >= 200
     assert abs(error) <= 0.10
     assert scraped.value("leakwatch_host_memory_retention_ratio", role="api_server") > 0.9

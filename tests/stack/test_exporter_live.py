@@ -40,16 +40,24 @@ def vllm_processes_by_role(stack) -> dict[str, list[int]]:
     roles = {"api_server": [api[0].pid], "engine_core": [], "worker": [], "other": []}
     for proc in descendants:
         title = " ".join(proc.cmdline())
-        role = ("engine_core" if title.startswith("VLLM::EngineCore")
-                else "worker" if title.startswith("VLLM::Worker") else "other")
+        role = (
+            "engine_core"
+            if title.startswith("VLLM::EngineCore")
+            else "worker"
+            if title.startswith("VLLM::Worker")
+            else "other"
+        )
         roles[role].append(proc.pid)
     return roles
 
 
 def complete(stack, n: int, concurrency: int = 8, max_tokens: int = 16) -> None:
     def one(i):
-        resp = requests.post(f"{stack.vllm_url}/v1/completions", timeout=120,
-                             json={"model": stack.model, "prompt": f"exporter test {i}", "max_tokens": max_tokens})
+        resp = requests.post(
+            f"{stack.vllm_url}/v1/completions",
+            timeout=120,
+            json={"model": stack.model, "prompt": f"exporter test {i}", "max_tokens": max_tokens},
+        )
         assert resp.status_code == 200, resp.text
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -74,7 +82,11 @@ def test_roles_counts_and_rss_match_proc(native_stack):
         return next((s.value for f in families for s in f.samples if s.name == name and s.labels == labels), None)
 
     assert {role: value("leakwatch_processes", role=role) for role in expected} == {
-        "api_server": 1, "engine_core": 1, "worker": 1, "other": len(expected["other"])}
+        "api_server": 1,
+        "engine_core": 1,
+        "worker": 1,
+        "other": len(expected["other"]),
+    }
     for role, pids in expected.items():
         if not pids:
             continue
@@ -88,7 +100,8 @@ def test_roles_counts_and_rss_match_proc(native_stack):
     # The exporter's count of vLLM's series is the real /metrics: within what traffic adds meanwhile.
     live = Scraped.get(f"{native_stack.vllm_url}/metrics")
     assert value("leakwatch_vllm_metrics_series") == pytest.approx(
-        sum(len(f.samples) for f in live.families.values()), rel=0.05)
+        sum(len(f.samples) for f in live.families.values()), rel=0.05
+    )
 
 
 def test_prometheus_scrapes_the_stacks_exporter(native_stack):
@@ -112,7 +125,7 @@ def test_the_stacks_exporter_emits_only_contract_families(native_stack):
 
 def test_a_plain_server_grows_near_zero_per_request(native_stack):
     collector, _ = collector_for(native_stack, warmup_requests=0, smaps_interval_s=3600)
-    complete(native_stack, 40, concurrency=16)   # pools warmed by a burst of the same shape first
+    complete(native_stack, 40, concurrency=16)  # pools warmed by a burst of the same shape first
     deadline = time.monotonic() + 60
     while collector.derived.baseline is None:
         collector.snapshot()

@@ -46,9 +46,13 @@ def test_alertmanager_restart_keeps_its_silences(stack):
         auth = webauth.auth_for(am)
     assert auth is not None
     now = datetime.now(timezone.utc)
-    silence = {"matchers": [{"name": "alertname", "value": "DrillSilence", "isRegex": False}], "createdBy": "drill",
-               "comment": "kept across a restart", "startsAt": now.isoformat(),
-               "endsAt": (now + timedelta(hours=1)).isoformat()}
+    silence = {
+        "matchers": [{"name": "alertname", "value": "DrillSilence", "isRegex": False}],
+        "createdBy": "drill",
+        "comment": "kept across a restart",
+        "startsAt": now.isoformat(),
+        "endsAt": (now + timedelta(hours=1)).isoformat(),
+    }
     resp = requests.post(f"{am}/api/v2/silences", json=silence, auth=auth, timeout=10)
     assert resp.status_code == 200, resp.text
     silence_id = resp.json()["silenceID"]
@@ -75,8 +79,15 @@ def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     assert after and float(after[0]["value"][1]) == pytest.approx(before, abs=1)
     prom.wait_for('ALERTS{alertname="Watchdog", alertstate="firing"}', timeout=300)
     # Prometheus resends firing alerts on its own schedule after a restart: wait for Alertmanager to have it.
-    wait_for(lambda: "Watchdog" in {a["labels"]["alertname"] for a in requests.get(
-        f"{am}/api/v2/alerts", auth=auth, timeout=10).json()}, timeout=300, interval=5, what="Watchdog in Alertmanager")
+    wait_for(
+        lambda: (
+            "Watchdog"
+            in {a["labels"]["alertname"] for a in requests.get(f"{am}/api/v2/alerts", auth=auth, timeout=10).json()}
+        ),
+        timeout=300,
+        interval=5,
+        what="Watchdog in Alertmanager",
+    )
 
 
 @pytest.mark.timeout(2400)  # vLLM restarts slowly on a loaded 2-core machine
@@ -102,8 +113,11 @@ def test_kill_9_of_enginecore_restarts_vllm_and_the_exporter_takes_a_new_baselin
 
     wait_for(back, timeout=900, interval=2, what="vLLM restarted by supervisord with a new EngineCore")
     for i in range(6):  # the exporter's warm-up before it takes a baseline
-        requests.post(f"{stack.vllm_url}/v1/completions", timeout=120,
-                      json={"model": stack.model, "prompt": f"after the crash {i}", "max_tokens": 8})
+        requests.post(
+            f"{stack.vllm_url}/v1/completions",
+            timeout=120,
+            json={"model": stack.model, "prompt": f"after the crash {i}", "max_tokens": 8},
+        )
     prom.wait_for('leakwatch_processes{role="engine_core"} == 1', timeout=300)
     prom.wait_for(f"sum(leakwatch_vllm_restarts_total) > {restarts_before}", timeout=300)
     prom.wait_for(f"max(leakwatch_baseline_timestamp_seconds) > {killed_at:.0f}", timeout=600)

@@ -23,9 +23,14 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 
 def make(target: str, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", target, "MODEL=demo", "STACK=native"],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        ["make", "--no-print-directory", target, "MODEL=demo", "STACK=native"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +47,11 @@ def url(env, port_env):
 
 def complete(env, n: int) -> None:
     for i in range(n):
-        resp = requests.post(f"{url(env, 'VLLM_PORT')}/v1/completions", timeout=60,
-                             json={"model": "demo", "prompt": f"request {i}", "max_tokens": 16})
+        resp = requests.post(
+            f"{url(env, 'VLLM_PORT')}/v1/completions",
+            timeout=60,
+            json={"model": "demo", "prompt": f"request {i}", "max_tokens": 16},
+        )
         assert resp.status_code == 200, resp.text
         assert resp.json()["usage"]["completion_tokens"] == 16
 

@@ -11,9 +11,9 @@ import pytest
 import requests
 
 from leakwatch import webauth
-from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
+from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.paths import RULES_DIR
 
 pytestmark = pytest.mark.stack
@@ -48,7 +48,11 @@ def test_histogram_buckets_and_label_values_the_rules_match_exist(native_stack):
     for rule in alerting:
         for metric, body in re.findall(r"(vllm:[a-z0-9_:]+_bucket)\{([^}]*)\}", rule.expr):
             le = re.search(r'le="([^"]+)"', body).group(1)
-            assert f'{metric}{{' in text and f'le="{le}"' in text.split(metric, 1)[1].split("# HELP", 1)[0], (rule.name, metric, le)
+            assert f"{metric}{{" in text and f'le="{le}"' in text.split(metric, 1)[1].split("# HELP", 1)[0], (
+                rule.name,
+                metric,
+                le,
+            )
             checked += 1
     assert checked >= 3
     assert 'status="2xx"' in text, "the instrumentator labels HTTP status classes as 2xx/5xx"
@@ -75,10 +79,19 @@ def test_prometheus_loads_and_evaluates_every_rule_without_errors(native_stack):
     state = [dict(rule, group=group["name"]) for group in groups for rule in group["rules"]]
     loaded = {r["name"] for r in state}
     assert want <= loaded, f"rules missing in Prometheus: {sorted(want - loaded)}"
-    assert {g["name"] for g in groups} >= {"leakwatch.recording", "leakwatch.gpu", "leakwatch.host",
-                                             "leakwatch.serving", "leakwatch.metrics", "leakwatch.meta"}
-    bad = [(r["group"], r["name"], r["health"], r.get("lastError")) for r in state
-           if r["health"] != "ok" or r.get("lastError")]
+    assert {g["name"] for g in groups} >= {
+        "leakwatch.recording",
+        "leakwatch.gpu",
+        "leakwatch.host",
+        "leakwatch.serving",
+        "leakwatch.metrics",
+        "leakwatch.meta",
+    }
+    bad = [
+        (r["group"], r["name"], r["health"], r.get("lastError"))
+        for r in state
+        if r["health"] != "ok" or r.get("lastError")
+    ]
     assert not bad, bad
     failures = prom.query("sum(prometheus_rule_evaluation_failures_total)")
     assert failures and float(failures[0]["value"][1]) == 0
@@ -108,8 +121,10 @@ def test_idle_stack_fires_only_the_watchdog_and_alertmanager_receives_it(native_
     deadline = time.monotonic() + 60
     names: set[str] = set()
     while time.monotonic() < deadline:
-        names = {a["labels"]["alertname"] for a in requests.get(f"{am}/api/v2/alerts", timeout=10,
-                                                                 auth=webauth.auth_for(am)).json()}
+        names = {
+            a["labels"]["alertname"]
+            for a in requests.get(f"{am}/api/v2/alerts", timeout=10, auth=webauth.auth_for(am)).json()
+        }
         if "Watchdog" in names:
             break
         time.sleep(2)

@@ -15,8 +15,7 @@ import psutil
 import pytest
 import requests
 
-from leakwatch import demo_model
-from leakwatch import profiles as model_profiles
+from leakwatch import demo_model, profiles as model_profiles
 from leakwatch.native.ports import free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -31,10 +30,24 @@ def test_vllm_with_a_key_file_guards_v1_and_leaves_health_and_metrics_open(tmp_p
     profile = model_profiles.load("demo")
     port = free_port()
     log = open(tmp_path / "vllm.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "leakwatch.vllm_key", str(key_file), "--",
-                             *model_profiles.vllm_engine_args(profile, str(model)), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **model_profiles.vllm_environment(profile)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leakwatch.vllm_key",
+            str(key_file),
+            "--",
+            *model_profiles.vllm_engine_args(profile, str(model)),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **model_profiles.vllm_environment(profile)},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 900
@@ -48,8 +61,12 @@ def test_vllm_with_a_key_file_guards_v1_and_leaves_health_and_metrics_open(tmp_p
             assert time.monotonic() < deadline, "vLLM did not start"
             time.sleep(2)
         assert requests.get(f"{url}/v1/models", timeout=30).status_code == 401
-        assert requests.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong-key-1234567890"},
-                            timeout=30).status_code == 401
+        assert (
+            requests.get(
+                f"{url}/v1/models", headers={"Authorization": "Bearer wrong-key-1234567890"}, timeout=30
+            ).status_code
+            == 401
+        )
         models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
         assert models.status_code == 200
         assert requests.get(f"{url}/metrics", timeout=30).status_code == 200

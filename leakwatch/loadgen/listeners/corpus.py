@@ -57,8 +57,20 @@ class CorpusPreparation:
 
     def prepare(self) -> None:
         run, opts = self.run, self.run.options
-        key = (run.host, opts.model, opts.api, opts.seed, opts.prompt_scales, opts.output_scales, opts.corpus_size,
-               opts.prompts_file, opts.tokenizer, opts.max_output_tokens, opts.client_profile, run.share)
+        key = (
+            run.host,
+            opts.model,
+            opts.api,
+            opts.seed,
+            opts.prompt_scales,
+            opts.output_scales,
+            opts.corpus_size,
+            opts.prompts_file,
+            opts.tokenizer,
+            opts.max_output_tokens,
+            opts.client_profile,
+            run.share,
+        )
         if key == self._prepared_for:
             return  # a second test in the same web UI session reuses the corpora
         run.notes = []
@@ -66,13 +78,17 @@ class CorpusPreparation:
             run.server = tokens.probe(run.host, run.api_key(run.host), timeout=opts.connect_timeout)
         except tokens.ServerUnavailable as exc:
             run.server = None
-            run.note(f"cannot read the served models ({exc}); requests will fail until the server answers",
-                     logging.ERROR)
+            run.note(
+                f"cannot read the served models ({exc}); requests will fail until the server answers", logging.ERROR
+            )
         served = run.server.models if run.server else ()
         run.model = opts.model or (served[0] if served else "default")
         if served and run.model not in served:
-            run.note(f"model {run.model!r} is not served by {run.host} (it serves: {', '.join(served)}); "
-                     f"requests will fail with http_404 - fix --model", logging.ERROR)
+            run.note(
+                f"model {run.model!r} is not served by {run.host} (it serves: {', '.join(served)}); "
+                f"requests will fail with http_404 - fix --model",
+                logging.ERROR,
+            )
         try:
             run.conventions = conventions.resolve(opts.client_profile, run.model)
         except Exception as exc:  # noqa: BLE001 - profiles.load names what is wrong
@@ -93,11 +109,19 @@ class CorpusPreparation:
             counter = ConventionCounter(self._token_counter(), run.conventions)
             run.corpora = {}
             for name in self._workloads_in_use():
+
                 def builder(counter, name=name):
-                    return CorpusBuilder(opts.workload_spec(name), counter, api=opts.api,
-                                         seed=opts.seed * 1000 + run.share[0], scale=opts.prompt_scale(name),
-                                         output_scale=opts.output_scale(name),
-                                         max_model_len=max_len, max_output_tokens=opts.max_output_tokens or None)
+                    return CorpusBuilder(
+                        opts.workload_spec(name),
+                        counter,
+                        api=opts.api,
+                        seed=opts.seed * 1000 + run.share[0],
+                        scale=opts.prompt_scale(name),
+                        output_scale=opts.output_scale(name),
+                        max_model_len=max_len,
+                        max_output_tokens=opts.max_output_tokens or None,
+                    )
+
                 started = time.monotonic()
                 build = builder(counter)
                 try:
@@ -108,9 +132,11 @@ class CorpusPreparation:
                     build = builder(counter)
                     prompts = build.build(opts.corpus_size)
                 run.corpora[name] = PromptCycle(prompts)
-                run.note(build.stats.summary(name, counter, max_len)
-                         + f", input {opts.workload_spec(name).input.describe(opts.prompt_scale(name))}"
-                         + f", built in {time.monotonic() - started:.1f} s")
+                run.note(
+                    build.stats.summary(name, counter, max_len)
+                    + f", input {opts.workload_spec(name).input.describe(opts.prompt_scale(name))}"
+                    + f", built in {time.monotonic() - started:.1f} s"
+                )
         self._prepared_for = key
 
     def _workloads_in_use(self) -> list[str]:

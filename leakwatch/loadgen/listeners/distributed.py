@@ -32,9 +32,15 @@ class StatsMerge:
         run = self.run
         wire = run.stats.take_delta()
         wire["cpu_seconds"] = {run.process_name: run.cpu_used()}
-        data["leakwatch"] = {"stats": wire, "issued": run.issued, "rows": run.take_rows(), "model": run.model,
-                             "notes": run.notes, "samples": run.samples,
-                             "conventions": run.conventions_info}
+        data["leakwatch"] = {
+            "stats": wire,
+            "issued": run.issued,
+            "rows": run.take_rows(),
+            "model": run.model,
+            "notes": run.notes,
+            "samples": run.samples,
+            "conventions": run.conventions_info,
+        }
 
     def on_worker_report(self, client_id, data, **kwargs) -> None:
         run = self.run

@@ -46,8 +46,13 @@ class PrometheusExporter:
         try:
             server.start()
         except OSError as exc:
-            log.error("cannot serve load-generator metrics on %s:%s (%s); pick another port with --metrics-port "
-                      "(0: any free port, -1: off)", bind, port, exc)
+            log.error(
+                "cannot serve load-generator metrics on %s:%s (%s); pick another port with --metrics-port "
+                "(0: any free port, -1: off)",
+                bind,
+                port,
+                exc,
+            )
             return
         self.server = server
         port = server.server_port

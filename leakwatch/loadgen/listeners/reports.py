@@ -45,13 +45,27 @@ class Reports:
         if opts.summary_file:
             reports.write_json(opts.summary_file, run.summary())
         for row in run.stats.totals():
-            log.info("leakwatch %s: %d requests, %d ok, %d failed (%s), %.1f output tokens/s",
-                     row["workload"], row["requests"], row["ok"], row["failed"], row["failures"],
-                     row["output_tokens_per_s"])
+            log.info(
+                "leakwatch %s: %d requests, %d ok, %d failed (%s), %.1f output tokens/s",
+                row["workload"],
+                row["requests"],
+                row["ok"],
+                row["failed"],
+                row["failures"],
+                row["output_tokens_per_s"],
+            )
         for row in run.stats.rows():
             if row["count"]:
-                log.info("leakwatch %s %s (ms): p50 %s p90 %s p99 %s max %s (n=%d)", row["workload"], row["metric"],
-                         row["p50"], row["p90"], row["p99"], row["max"], row["count"])
+                log.info(
+                    "leakwatch %s %s (ms): p50 %s p90 %s p99 %s max %s (n=%d)",
+                    row["workload"],
+                    row["metric"],
+                    row["p50"],
+                    row["p90"],
+                    row["p99"],
+                    row["max"],
+                    row["count"],
+                )
         for sample in run.samples:
             # Completions as a person reads them (with the model's newline token turned back into line breaks).
             log.info("leakwatch %s completion %s:\n%s", sample["workload"], sample["request_id"], sample["completion"])

@@ -37,7 +37,7 @@ class SharedSchedule:
 
     def __init__(self, arrivals, start: float):
         self._arrivals = arrivals
-        self.start = start          # time.monotonic() of schedule time 0
+        self.start = start  # time.monotonic() of schedule time 0
         self.claimed = 0
         self.exhausted = False
         self.max_lateness = 0.0
@@ -62,12 +62,18 @@ class SharedSchedule:
             return
         self._last_warning = now
         if in_flight >= pool:
-            cause = (f"all {pool} users were busy; raise --max-in-flight or add workers (--processes)")
+            cause = f"all {pool} users were busy; raise --max-in-flight or add workers (--processes)"
         else:
-            cause = ("the load generator itself was stalled (CPU starved or a blocked event loop); give it "
-                     "a core of its own or add workers (--processes)")
-        log.warning("coordinated omission: a request went out %.2f s behind the Poisson schedule because %s. "
-                    "Latencies of this period understate what users would see.", lateness, cause)
+            cause = (
+                "the load generator itself was stalled (CPU starved or a blocked event loop); give it "
+                "a core of its own or add workers (--processes)"
+            )
+        log.warning(
+            "coordinated omission: a request went out %.2f s behind the Poisson schedule because %s. "
+            "Latencies of this period understate what users would see.",
+            lateness,
+            cause,
+        )
 
 
 class Sender:
@@ -101,8 +107,9 @@ class Sender:
 
     def new_client(self, host: str) -> StreamingClient:
         opts = self.run.options or self.run.load_options()
-        return StreamingClient(host, self.run.api_key(host), connect_timeout=opts.connect_timeout,
-                               request_timeout=opts.request_timeout)
+        return StreamingClient(
+            host, self.run.api_key(host), connect_timeout=opts.connect_timeout, request_timeout=opts.request_timeout
+        )
 
     def request_headers(self, request_id: str) -> dict:
         """This request's own headers (the connection's: content type, accept, authorization)."""
@@ -137,8 +144,9 @@ class Sender:
         sent_unix = time.time()
         run.stats.stream_opened()
         try:
-            result = user.stream_client.stream(opts.api, body, self.request_headers(request_id),
-                                               keep_text=self._wants_sample(workload))
+            result = user.stream_client.stream(
+                opts.api, body, self.request_headers(request_id), keep_text=self._wants_sample(workload)
+            )
         except GreenletExit:
             run.stats.record(workload, StreamResult(outcome=CANCELLED), lateness)
             raise
@@ -149,8 +157,9 @@ class Sender:
         if result.ok and result.text is not None:
             self._keep_sample(workload, request_id, result.text)
         if run.keep_rows:
-            run.emit_rows([log_row(run.process_name, workload, sent_unix, scheduled, lateness, result, prompt,
-                                   request_id)])
+            run.emit_rows(
+                [log_row(run.process_name, workload, sent_unix, scheduled, lateness, result, prompt, request_id)]
+            )
 
     def _wants_sample(self, workload: str) -> bool:
         return sum(1 for s in self.run.samples if s["workload"] == workload) < SAMPLES_PER_WORKLOAD
@@ -158,32 +167,72 @@ class Sender:
     def _keep_sample(self, workload: str, request_id: str, text: str) -> None:
         if self._wants_sample(workload):
             rules = self.run.conventions
-            self.run.samples.append({"workload": workload, "request_id": request_id,
-                                     "completion": rules.completion(text) if rules else text})
+            self.run.samples.append(
+                {
+                    "workload": workload,
+                    "request_id": request_id,
+                    "completion": rules.completion(text) if rules else text,
+                }
+            )
 
     def _fire_locust_events(self, user, workload: str, result: StreamResult) -> None:
         fire = self.run.env.events.request.fire
         name = f"/v1{API_PATHS[self.run.options.api]} [{workload}]"
-        fire(request_type="POST", name=name, response_time=result.e2e * 1000, response_length=result.response_bytes,
-             exception=None if result.ok else StreamFailure(result.message), context={}, response=None, url=None)
+        fire(
+            request_type="POST",
+            name=name,
+            response_time=result.e2e * 1000,
+            response_length=result.response_bytes,
+            exception=None if result.ok else StreamFailure(result.message),
+            context={},
+            response=None,
+            url=None,
+        )
         if result.ok:
-            fire(request_type="TTFT", name=workload, response_time=result.ttft * 1000, response_length=0,
-                 exception=None, context={}, response=None, url=None)
+            fire(
+                request_type="TTFT",
+                name=workload,
+                response_time=result.ttft * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+                response=None,
+                url=None,
+            )
 
 
-def log_row(process: str, workload: str, sent_unix: float, scheduled, lateness: float, result: StreamResult,
-            prompt: Prompt, request_id: str = "") -> dict:
+def log_row(
+    process: str,
+    workload: str,
+    sent_unix: float,
+    scheduled,
+    lateness: float,
+    result: StreamResult,
+    prompt: Prompt,
+    request_id: str = "",
+) -> dict:
     itls = result.itls
     return {
-        "sent_unix": f"{sent_unix:.6f}", "process": process, "workload": workload, "outcome": result.outcome,
-        "detail": result.detail, "status": result.status,
-        "scheduled_s": "" if scheduled is None else f"{scheduled:.6f}", "queue_delay_s": f"{lateness:.6f}",
-        "ttft_s": "" if result.ttft is None else f"{result.ttft:.6f}", "e2e_s": f"{result.e2e:.6f}",
-        "itl_mean_s": f"{sum(itls) / len(itls):.6f}" if itls else "", "itl_max_s": f"{max(itls):.6f}" if itls else "",
-        "tpot_s": "" if result.tpot is None else f"{result.tpot:.6f}", "chunks": result.chunks,
+        "sent_unix": f"{sent_unix:.6f}",
+        "process": process,
+        "workload": workload,
+        "outcome": result.outcome,
+        "detail": result.detail,
+        "status": result.status,
+        "scheduled_s": "" if scheduled is None else f"{scheduled:.6f}",
+        "queue_delay_s": f"{lateness:.6f}",
+        "ttft_s": "" if result.ttft is None else f"{result.ttft:.6f}",
+        "e2e_s": f"{result.e2e:.6f}",
+        "itl_mean_s": f"{sum(itls) / len(itls):.6f}" if itls else "",
+        "itl_max_s": f"{max(itls):.6f}" if itls else "",
+        "tpot_s": "" if result.tpot is None else f"{result.tpot:.6f}",
+        "chunks": result.chunks,
         "prompt_tokens": result.prompt_tokens if result.prompt_tokens is not None else "",
         "output_tokens": result.output_tokens if result.output_tokens is not None else "",
-        "corpus_prompt_tokens": prompt.prompt_tokens or "", "target_prompt_tokens": prompt.target_tokens or "",
-        "max_tokens": prompt.output_tokens, "repo": prompt.repo or "", "retried": int(result.retried),
+        "corpus_prompt_tokens": prompt.prompt_tokens or "",
+        "target_prompt_tokens": prompt.target_tokens or "",
+        "max_tokens": prompt.output_tokens,
+        "repo": prompt.repo or "",
+        "retried": int(result.retried),
         "request_id": request_id,
     }
