@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 LEAKWATCH := $(VENV)/bin/leakwatch
 MODEL ?= demo
 STACK ?= auto
-export MODEL STACK VENV
+# IMAGES=local: compose on images built here from Debian and PyPI (hosts that cannot pull; README).
+IMAGES ?=
+export MODEL STACK VENV IMAGES
 
 .DEFAULT_GOAL := help
 

@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"label of the vLLM container (default {VLLM_CONTAINER_LABEL})",
     )
     parser.add_argument(
+        "--compose-project",
+        default="leakwatch",
+        metavar="NAME",
+        help="compose project whose vLLM container is restarted (default leakwatch)",
+    )
+    parser.add_argument(
         "--vllm-url",
         default=None,
         metavar="URL",
@@ -144,7 +150,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
         restarter, probe = _kubernetes_restarter(args)
     elif args.restarter == "docker":
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
-        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout)
+        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout, args.compose_project)
     else:
         # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30
