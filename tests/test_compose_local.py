@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from leakwatch import local_images
 from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
 
 from .compose_support import compose, resolved
+
+# Runs the Compose v2 binary on compose.yaml and compose.local.yaml.
+pytestmark = pytest.mark.integration
 
 SWAPPED = {"image", "pull_policy"}
 
