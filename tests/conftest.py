@@ -149,6 +149,8 @@ def docker_engine():
         stop(engine)
 
 
+# tryfirst: xdist names each test after its group in its own hook, which must see ours.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
     keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
