@@ -19,6 +19,9 @@ from leakwatch.rules import thresholds
 
 from .prom_backfill import backfilled_prometheus
 
+# Starts Prometheus, promtool or vLLM's plugin loader in other processes.
+pytestmark = pytest.mark.integration
+
 COMPRESSION = load().time_compression
 WINDOW = selfcheck.leak_window(COMPRESSION)
 STEP = 1.0

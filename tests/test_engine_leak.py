@@ -12,6 +12,9 @@ import pytest
 
 from leakwatch.drill import engine_leak
 
+# Starts Prometheus, promtool or vLLM's plugin loader in other processes.
+pytestmark = pytest.mark.integration
+
 # What vllm/plugins/__init__.py's load_plugins_by_group does to find general plugins (without
 # importing vLLM in a subprocess, which costs a minute on a loaded machine; the live stack test
 # tests/stack/test_leak_verdicts_live.py proves vLLM's EngineCore loads it).
