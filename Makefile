@@ -35,19 +35,23 @@ status:  ## show each service's state and health
 logs:  ## follow the stack's logs
 	@$(LEAKWATCH) stack logs
 
-.PHONY: test test-fast test-compose
+.PHONY: test test-fast test-compose test-pending
 # Two xdist workers: the stack tests (one group, one worker, one shared native stack) beside the rest.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 # The compose end-to-end tests (tests/test_compose_e2e.py: a private Docker engine, the local image
 # set, the whole stack on containers) have not yet passed end to end (issue 13 is open): `make
-# test-compose` runs them, and `make test` leaves them out until they do.
+# test-compose` runs them, and `make test` leaves them out until they do; likewise the tests marked
+# `pending` (`make test-pending`).
 test: setup-dev lint  ## lint, then the whole test suite (starts and stops every server it needs)
-	@if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -m "not compose"; \
-	else $(PY) -m pytest -m "not compose" -n $(TEST_WORKERS) --dist loadgroup; fi
+	@if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -m "not compose and not pending"; \
+	else $(PY) -m pytest -m "not compose and not pending" -n $(TEST_WORKERS) --dist loadgroup; fi
 
 test-compose: setup-dev  ## the compose stack on real containers (a private Docker engine, local images; slow)
 	@$(PY) -m pytest -m compose
+
+test-pending: setup-dev  ## the tests that have not yet passed on main (marker `pending`; their issues are open)
+	@$(PY) -m pytest -m pending
 
 # The unit + contract tier: no test here starts another program (tests/conftest.py enforces it).
 test-fast: setup-dev  ## unit and contract tests only: no servers, promtool, Locust or Chromium (< 3 min)
