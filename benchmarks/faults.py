@@ -29,12 +29,12 @@ from tests.healer_support import (
     healer_process,
     metric,
     notification,
-    start_healer_process,  # noqa: E402
+    start_healer_process,
     stop_healer,
     supervised_standin,
     wait_for,
 )
-from tests.test_healer_alertmanager_auth import real_alertmanager, remediation_alert  # noqa: E402
+from tests.test_healer_alertmanager_auth import real_alertmanager, remediation_alert
 
 TARGET = "leakwatch=127.0.0.1:9405"
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import webauth
 from .catalogue import METRICS_DIR, load_csv
 from .errors import LeakwatchError
 
@@ -123,7 +124,7 @@ def warm_vllm(base_url: str, requests_n: int = 3, timeout: float = 60.0) -> None
 
 def scrape(url: str, timeout: float = 10.0) -> str:
     try:
-        resp = requests.get(url, timeout=timeout)
+        resp = requests.get(url, timeout=timeout, auth=webauth.auth_for(url))
         resp.raise_for_status()
     except requests.RequestException as exc:
         raise LeakwatchError(f"cannot scrape {url}: {exc}") from None

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 
-from . import capacity
-from . import profiles as model_profiles
+from . import capacity, profiles as model_profiles
 
 GIB = capacity.GIB
 

@@ -36,6 +36,7 @@ class StackSettings:
     default_bind_address: str
     prometheus: dict
     services: dict[str, Service]
+    local_images: dict  # the look-alike image set for machines that cannot pull (leakwatch/local_images.py)
 
     @property
     def bind_address(self) -> str:
@@ -89,6 +90,7 @@ def load(path: Path = STACK_FILE) -> StackSettings:
         default_bind_address=str(raw["bind_address"]),
         prometheus=dict(raw["prometheus"]),
         services=services,
+        local_images=dict(raw.get("local_images") or {}),
     )
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import compose_runner
-from . import profiles as model_profiles
+from . import compose_runner, profiles as model_profiles
 from .errors import LeakwatchError
 from .native.runner import NativeStack
 

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 from .errors import LeakwatchError
 from .native.ports import free_port

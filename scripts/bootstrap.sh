@@ -38,6 +38,13 @@ if [ $dev = 1 ]; then
   # ships its own npm keeps it: Debian's npm would pull Debian's older Node.js beside it.
   command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 fi
+# The compose tests start a private Debian dockerd and build the local image set (tests/docker_engine.py);
+# IMAGES=local builds that set for `make up` too (debootstrap makes its base image).
+if [ $dev = 1 ] || [ "${IMAGES:-}" = local ]; then
+  apt_packages+=(debootstrap iptables)
+  # A host with Docker CE keeps it (docker.io conflicts with it); only a host without a daemon gets Debian's.
+  command -v dockerd >/dev/null 2>&1 || apt_packages+=(docker.io)
+fi
 
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -65,7 +72,8 @@ fi
 
 stamp="$VENV/.leakwatch-bootstrap"
 want=$(cat pyproject.toml config/stack.yaml scripts/bootstrap.sh | sha256sum | cut -c1-16)-native$native
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+# A native install (vLLM in the venv) also covers compose, which needs only leakwatch.
+if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || [ "$(cat "$stamp")" = "${want%-native0}-native1" ]; }; then
   exit 0
 fi
 

@@ -131,6 +131,26 @@ def metric_catalogue(native_stack) -> set[str]:
     return names | set(dcgm_metrics()) | sample_names(loadgen_metrics())
 
 
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A Docker engine for the compose tests: one answering at $DOCKER_HOST, or a private dockerd
+    (installed from Debian when missing) stopped at the end. Skipped, with the reason in pytest's
+    summary, where neither is possible (not root)."""
+    from .compose_support import compose_binary
+    from .docker_engine import EngineUnavailable, start, stop
+
+    try:
+        engine = start(compose_binary())
+    except EngineUnavailable as exc:
+        pytest.skip(f"no Docker engine for the compose tests: {exc}")
+    try:
+        yield engine
+    finally:
+        stop(engine)
+
+
+# tryfirst: xdist names each test after its group in its own hook, which must see ours.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
     keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
@@ -142,6 +162,8 @@ def pytest_collection_modifyitems(items):
 
     items.sort(key=rank)
     for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue  # a module with a stack of its own (its own group) runs beside the shared one
         if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
             item.add_marker(pytest.mark.xdist_group("native_stack"))
 

@@ -4,7 +4,9 @@ CRD validator (npm's @kubernetes-models/prometheus-operator, installed from the 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,34 +42,45 @@ console.log(JSON.stringify(errors));
 
 
 def crd_models() -> Path:
-    """The installed package's prefix (npm install on first use, pinned)."""
-    marker = CRD_MODELS_DIR / "node_modules" / "@kubernetes-models" / "prometheus-operator" / "package.json"
-    if marker.exists() and json.loads(marker.read_text())["version"] == CRD_MODELS_VERSION:
-        return CRD_MODELS_DIR
-    if shutil.which("npm") is None:
-        raise RuntimeError("npm is missing: scripts/bootstrap.sh --dev installs it (Debian's npm)")
+    """The installed package's prefix (npm install on first use, pinned).
+
+    Test workers share the prefix: a file lock makes one of them install while the others wait, and a
+    marker written after npm succeeds (not npm's own package.json, which lands mid-install) says it is whole.
+    """
     CRD_MODELS_DIR.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            "npm",
-            "install",
-            "--prefix",
-            str(CRD_MODELS_DIR),
-            "--no-audit",
-            "--no-fund",
-            "--no-save",
-            f"{CRD_MODELS_PACKAGE}@{CRD_MODELS_VERSION}",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    installed = CRD_MODELS_DIR / f"installed-{CRD_MODELS_VERSION}"
+    with open(CRD_MODELS_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed.exists():
+            return CRD_MODELS_DIR
+        if shutil.which("npm") is None:
+            raise RuntimeError("npm is missing: scripts/bootstrap.sh --dev installs it (Debian's npm)")
+        done = subprocess.run(
+            [
+                "npm",
+                "install",
+                "--prefix",
+                str(CRD_MODELS_DIR),
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                f"{CRD_MODELS_PACKAGE}@{CRD_MODELS_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"npm install of {CRD_MODELS_PACKAGE}@{CRD_MODELS_VERSION} failed: {done.stderr[-2000:]}"
+            )
+        installed.touch()
     return CRD_MODELS_DIR
 
 
 def validate_crd_objects(objects: list[dict]) -> list[str]:
     root = crd_models()
-    script = root / "validate.mjs"
+    script = root / f"validate-{os.getpid()}.mjs"  # one per test worker: a shared file could be read mid-write
     script.write_text(VALIDATOR)
     done = subprocess.run(
         ["node", str(script), str(root)], input=json.dumps(objects), capture_output=True, text=True, timeout=120

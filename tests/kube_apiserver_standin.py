@@ -226,7 +226,7 @@ class StandinApiServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
 
-    def __enter__(self) -> "StandinApiServer":
+    def __enter__(self) -> StandinApiServer:
         self.thread.start()
         return self
 

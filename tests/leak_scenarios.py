@@ -57,16 +57,33 @@ def make(
     base: float = 2_000 * MB,
     t0: float = 1_700_000_000.0,
     lead_in: float = 3600.0,
+    bursts: tuple[int, float] | None = None,
+    burst_jitter: float = 0.1,
+    idle: tuple[tuple[float, float], ...] = (),
+    role: str = "api_server",
     seed: int = 0,
 ) -> Scenario:
     """One vLLM API server: Poisson requests, `bytes_per_request` retained per request, noise (AR(1)
     when ar > 0), restarts at the given offsets (memory back to base, counter to 0), a warm-up ramp of
     warmup_bytes over warmup_s after every start, and optionally a one-time step (then a plateau).
-    The process started `lead_in` seconds before the first sample."""
+    The process started `lead_in` seconds before the first sample.
+    Traffic: Poisson at requests_per_s, or `bursts` (size, period_s): `size` requests at once every
+    period (as a load test's bursts land, the measured shape behind issue 19); no requests at all
+    during the `idle` (from, to) offsets."""
     rng = np.random.default_rng(seed)
     t = t0 + np.arange(0.0, hours * 3600.0 + step / 2, step)
     n = len(t)
     arrivals = rng.poisson(requests_per_s * step, size=n)
+    if bursts is not None:
+        size, period = bursts
+        # Gaps between bursts drawn from period * (1 +- burst_jitter): a loaded machine serves some
+        # bursts late and a few back to back. Each burst counts at the first sample after it.
+        gaps = period * rng.uniform(1 - burst_jitter, 1 + burst_jitter, int(hours * 3600 / period * 3) + 2)
+        at = np.cumsum(gaps)
+        at = at[at < hours * 3600.0]
+        arrivals = np.histogram(t0 + at, bins=np.r_[t, t[-1] + step] - step / 2)[0] * size
+    for begin, end in idle:
+        arrivals[(t >= t0 + begin) & (t < t0 + end)] = 0
     starts = [t0 - lead_in] + [t0 + r for r in restarts_at]
     start_time = np.empty(n)
     requests = np.empty(n)
@@ -93,7 +110,7 @@ def make(
         ramp = warmup_bytes * min(age / warmup_s, 1.0) if warmup_s > 0 else warmup_bytes
         plateau = step_bytes if step_at is not None and t[i] >= t0 + step_at else 0.0
         memory[i] = base + ramp + plateau + bytes_per_request * count + eps[i]
-    return Scenario(t, requests, start_time, {"api_server": memory})
+    return Scenario(t, requests, start_time, {role: memory})
 
 
 def to_openmetrics(

@@ -271,7 +271,7 @@ def test_leak_start_is_checked(tmp_path, capsys, argv, message):
 
 def test_a_firing_alert_with_hysteresis_stays_firing_while_its_hold_holds():
     # Condition at 0-4 and 8-9; the hold at 3-12: one episode from 0 (firing at 2) to 13.
-    present = {(("a", "1"),): set(range(0, 5)) | {8, 9}}
+    present = {(("a", "1"),): set(range(5)) | {8, 9}}
     held = {(("a", "1"),): set(range(3, 13))}
     episodes = apply_for(present, for_s=120, start=0, end=1200, step=60, held=held)
     assert [(e.pending_at, e.firing_at, e.ended_at) for e in episodes] == [(0, 120, 780)]

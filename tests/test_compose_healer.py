@@ -1,11 +1,16 @@
 """The healer in compose, as the real Compose v2 binary resolves it: the Docker socket reaches only the
-restart-only proxy, the proxy only the healer, and the token only Alertmanager and the healer."""
+HAProxy socket proxy, the proxy only the healer, and the token only Alertmanager and the healer."""
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.parse
+
 import pytest
 
-from leakwatch.generate.compose_healer import PROXY_HOST, PROXY_NETWORK, SECRET
+from leakwatch.generate.compose_healer import PROJECT, PROXY_CONFIG_FILE, PROXY_HOST, PROXY_NETWORK, SECRET
+from leakwatch.generate.socket_proxy import CONFIG_PATH, list_query, vllm_container_names
 from leakwatch.settings import load as load_settings
 
 from .compose_support import resolved
@@ -19,24 +24,52 @@ def mounts(service: dict) -> list[dict]:
     return service.get("volumes", [])
 
 
-def test_only_the_proxy_touches_the_docker_socket_and_only_read_only():
+def test_only_the_proxy_touches_the_docker_socket():
     services = resolved("demo")["services"]
-    holders = [name for name, svc in services.items() if any(m.get("source") == DOCKER_SOCKET for m in mounts(svc))]
+    holders = [name for name, svc in services.items() if any(m.get("target") == DOCKER_SOCKET for m in mounts(svc))]
     assert holders == [PROXY_HOST]
-    (sock,) = [m for m in mounts(services[PROXY_HOST]) if m.get("source") == DOCKER_SOCKET]
-    assert sock["read_only"] is True
+    (sock,) = [m for m in mounts(services[PROXY_HOST]) if m.get("target") == DOCKER_SOCKET]
+    assert sock["source"] == DOCKER_SOCKET
+    # A private engine (the compose tests' dockerd) names its own socket.
+    sock = [
+        m
+        for m in mounts(resolved("demo", env={"DOCKER_SOCKET": "/tmp/x/docker.sock"})["services"][PROXY_HOST])
+        if m.get("target") == DOCKER_SOCKET
+    ]
+    assert sock[0]["source"] == "/tmp/x/docker.sock"
 
 
-def test_the_proxy_allows_listing_and_restarting_containers_only():
+def test_the_proxy_is_haproxy_with_the_generated_rules_and_nothing_else():
     proxy = resolved("demo")["services"][PROXY_HOST]
-    env = proxy["environment"]
-    assert env["CONTAINERS"] == "1" and env["ALLOW_RESTARTS"] == "1" and env["POST"] == "0"
-    granted = {k for k, v in env.items() if v == "1"}
-    assert granted <= {"CONTAINERS", "ALLOW_RESTARTS", "PING", "VERSION"}, granted
+    assert "environment" not in proxy
+    (cfg,) = [m for m in mounts(proxy) if m.get("target") == CONFIG_PATH]
+    assert cfg["read_only"] is True and cfg["source"] == str(PROXY_CONFIG_FILE)
     assert "ports" not in proxy
     assert set(proxy["networks"]) == {PROXY_NETWORK}
     assert proxy["image"] == load_settings().service("docker_socket_proxy").image
-    assert ":" in proxy["image"] and not proxy["image"].endswith(":latest")
+    assert proxy["image"].startswith("haproxy:") and not proxy["image"].endswith(":latest")
+    assert proxy["cap_drop"] == ["ALL"] and proxy["read_only"] is True
+    text = PROXY_CONFIG_FILE.read_text()
+    allows = [line.strip() for line in text.splitlines() if line.strip().startswith("http-request allow")]
+    assert allows == [
+        "http-request allow if is_get list_path list_query",
+        "http-request allow if is_post restart_path restart_query",
+    ]
+    assert "http-request deny deny_status 403" in text
+    assert list_query(PROJECT) in text
+    for name in vllm_container_names(PROJECT):
+        assert re.escape(name) in text
+
+
+def test_the_healer_looks_up_this_projects_running_vllm():
+    healer = resolved("demo")["services"]["healer"]
+    cmd = healer["command"]
+    assert cmd[cmd.index("--compose-project") + 1] == PROJECT == resolved("demo")["name"]
+    filters = json.loads(urllib.parse.unquote(list_query(PROJECT).removeprefix("filters=")))
+    assert filters == {
+        "label": [f"com.docker.compose.project={PROJECT}", "io.leakwatch.role=vllm"],
+        "status": ["running"],
+    }
 
 
 def test_the_proxy_network_is_internal_and_holds_only_healer_and_proxy():

@@ -16,8 +16,8 @@ from leakwatch.dashboards import boards
 from leakwatch.dashboards.files import DASHBOARDS_DIR
 from leakwatch.dashboards.kit import layout
 from leakwatch.dashboards.promql import expand, parse_duration
-from leakwatch.errors import LeakwatchError
 from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
+from leakwatch.errors import LeakwatchError
 from leakwatch.settings import load as load_settings
 
 BOARDS = boards()

@@ -1,7 +1,8 @@
-"""The healer's Docker restarter against a stand-in for the socket proxy in front of the Docker Engine
-API (no Docker engine on these machines). The stand-in applies the proxy's own rules (CONTAINERS=1,
-ALLOW_RESTARTS=1, POST=0: GETs under /containers and POST .../restart|stop|kill, 403 otherwise), so
-the test also proves the healer needs nothing more than that."""
+"""The healer's Docker restarter against a stand-in for the HAProxy socket proxy and the Docker Engine
+API behind it (unit tier; tests/test_compose_e2e.py runs the real proxy and engine). The stand-in
+applies the proxy's generated rules (leakwatch/generate/socket_proxy.py: the one listing query, a
+restart by a vLLM container's name, 403 otherwise), so the test also proves the healer needs nothing
+more than that."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from leakwatch.errors import LeakwatchError
+from leakwatch.generate.socket_proxy import list_query, vllm_container_names
 from leakwatch.heal.restarters import DockerRestarter, RestartError
 
-ALLOWED_POST = re.compile(r"^(/v[\d.]+)?/containers/[a-zA-Z0-9_.-]+/(stop|restart|kill)$")
+PROJECT = "leakwatch"
+ALLOWED_POST = re.compile(
+    r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
+)
 LABEL = "io.leakwatch.role=vllm"
 
 
 class FakeDockerProxy:
     def __init__(self, containers: list[dict]):
         self.containers = containers
+        self.allowed_query = list_query(PROJECT, LABEL)
         self.calls: list[tuple[str, str, dict]] = []
         self.restarted: list[tuple[str, int]] = []
         proxy = self
@@ -42,19 +48,22 @@ class FakeDockerProxy:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 proxy.calls.append(("GET", url.path, query))
-                if not re.match(r"^(/v[\d.]+)?/containers", url.path):
+                if not (re.match(r"^(/v[\d.]+)?/containers/json$", url.path) and url.query == proxy.allowed_query):
                     return self._reply(403, b"<html>403 Forbidden</html>")
-                if url.path.endswith("/containers/json"):
-                    wanted = json.loads(query.get("filters", ["{}"])[0]).get("label", [])
-                    found = [c for c in proxy.containers if set(wanted) <= {f"{k}={v}" for k, v in c["Labels"].items()}]
-                    return self._reply(200, found)
-                return self._reply(404, {"message": "no such endpoint in this stand-in"})
+                filters = json.loads(query["filters"][0])
+                found = [
+                    c
+                    for c in proxy.containers
+                    if c["State"] in filters["status"]
+                    and set(filters["label"]) <= {f"{k}={v}" for k, v in c["Labels"].items()}
+                ]
+                return self._reply(200, found)
 
             def do_POST(self):
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 proxy.calls.append(("POST", url.path, query))
-                if not ALLOWED_POST.match(url.path):
+                if not ALLOWED_POST.match(url.path) or not re.match(r"^t=[0-9]{1,3}$", url.query):
                     return self._reply(403, b"<html>403 Forbidden</html>")
                 cid = url.path.split("/")[-2]
                 if url.path.endswith("/restart"):
@@ -70,16 +79,24 @@ class FakeDockerProxy:
         self.server.server_close()
 
 
-def container(cid: str, labels: dict) -> dict:
-    return {"Id": cid, "Names": [f"/{cid[:6]}"], "Labels": labels, "State": "running"}
+def container(cid: str, name: str, labels: dict, state: str = "running", project: str = PROJECT) -> dict:
+    return {
+        "Id": cid,
+        "Names": [f"/{name}"],
+        "State": state,
+        "Labels": {**labels, "com.docker.compose.project": project},
+    }
+
+
+VLLM = {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}
 
 
 @pytest.fixture
 def proxy():
     p = FakeDockerProxy(
         [
-            container("abc123def456", {"io.leakwatch.role": "vllm", "com.docker.compose.service": "vllm-demo"}),
-            container("999888777666", {"com.docker.compose.service": "prometheus"}),
+            container("abc123def456", "leakwatch-vllm-demo-1", VLLM),
+            container("999888777666", "leakwatch-prometheus-1", {"com.docker.compose.service": "prometheus"}),
         ]
     )
     yield p
@@ -87,34 +104,43 @@ def proxy():
 
 
 def test_restarts_the_labelled_container_with_the_drain_timeout(proxy):
-    restarter = DockerRestarter(proxy.url, LABEL, stop_timeout_s=35)
+    restarter = DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT)
     restarter.check()
     timing = restarter.restart()
-    assert proxy.restarted == [("abc123def456", 35)]
+    assert proxy.restarted == [("leakwatch-vllm-demo-1", 35)]
     assert timing.start_s >= 0
     # Only what the proxy allows: container listing and one restart.
     assert {(m, p.rsplit("/", 1)[-1]) for m, p, _ in proxy.calls} <= {("GET", "json"), ("POST", "restart")}
-    assert json.loads(proxy.calls[0][2]["filters"][0])["label"] == [LABEL]
+    assert json.loads(proxy.calls[0][2]["filters"][0])["label"] == [f"com.docker.compose.project={PROJECT}", LABEL]
+
+
+def test_a_leftover_vllm_of_another_stack_or_a_stopped_one_is_not_counted(proxy):
+    proxy.containers.append(container("fff000fff000", "other-vllm-demo-1", VLLM, project="other"))
+    proxy.containers.append(container("eee000eee000", "old-vllm", VLLM, state="exited"))
+    DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
+    assert proxy.restarted == [("leakwatch-vllm-demo-1", 35)]
 
 
 def test_refuses_when_the_label_matches_no_container_or_several(proxy):
-    none = DockerRestarter(proxy.url, "io.leakwatch.role=nothing", stop_timeout_s=35)
+    proxy.containers[0]["State"] = "exited"
+    none = DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT)
     with pytest.raises(LeakwatchError, match="found 0"):
         none.check()
     with pytest.raises(RestartError, match="found 0"):
         none.restart()
-    proxy.containers.append(container("fff000fff000", {"io.leakwatch.role": "vllm"}))
+    proxy.containers[0]["State"] = "running"
+    proxy.containers.append(container("fff000fff000", "leakwatch-vllm-demo-2", VLLM))
     with pytest.raises(RestartError, match="found 2"):
-        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35).restart()
+        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
     assert proxy.restarted == []
 
 
 def test_a_proxy_that_refuses_is_a_clear_error(proxy):
-    proxy.containers[0]["Id"] = "bad/../id"  # the URL-quoted id no longer matches the allowed pattern
+    proxy.containers[0]["Names"] = ["/leakwatch-prometheus-1"]  # not a vLLM container's name: refused
     with pytest.raises(RestartError, match="HTTP 403"):
-        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35).restart()
+        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
 
 
 def test_an_unreachable_proxy_is_a_clear_error():
     with pytest.raises(RestartError, match="cannot reach the Docker API"):
-        DockerRestarter("http://127.0.0.1:9", LABEL, stop_timeout_s=35).restart()
+        DockerRestarter("http://127.0.0.1:9", LABEL, stop_timeout_s=35, project=PROJECT).restart()

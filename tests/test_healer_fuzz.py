@@ -8,8 +8,7 @@ import time
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 

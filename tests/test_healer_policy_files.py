@@ -80,5 +80,5 @@ def test_a_target_outside_the_jobs_is_refused(tmp_path):
     raw = yaml.safe_load(heal_config.CONFIG_FILE.read_text())
     raw["remediable"]["alerts"] = []
     bad.write_text(yaml.safe_dump(raw))
-    with pytest.raises(LeakwatchError, match="remediable.alerts"):
+    with pytest.raises(LeakwatchError, match=r"remediable\.alerts"):
         heal_config.load(bad)

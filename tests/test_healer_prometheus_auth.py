@@ -91,6 +91,6 @@ def test_prometheus_asks_for_credentials_and_has_no_lifecycle_api():
 
 
 def test_the_lifecycle_api_is_an_explicit_opt_in():
-    with native_prometheus(lifecycle=True) as (url, auth, proc):
+    with native_prometheus(lifecycle=True) as (url, auth, _proc):
         assert requests.post(f"{url}/-/reload", auth=auth, timeout=30).status_code == 200
         assert requests.post(f"{url}/-/reload", timeout=10).status_code == 401

@@ -12,10 +12,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from leakwatch import profiles as model_profiles
 from leakwatch.errors import LeakwatchError
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_budget_s
-from leakwatch import profiles as model_profiles
 from tests.helm_support import CRD_KINDS, validate_crd_objects
 
 # Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).

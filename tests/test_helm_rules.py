@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leakwatch.heal import config as healer_config
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import kubernetes_thresholds, rule_groups
 from leakwatch.paths import PROMETHEUS_DIR
@@ -206,7 +205,7 @@ def test_compose_promtool_unit_tests_pass_on_the_chart_rules(test_file, rules_fi
                 elif how == "series" and "instance" in labels:
                     labels.update(pods_of_instance.get(labels["instance"], {}))
         test["alert_rule_test"] = [c for c in test.get("alert_rule_test", []) if c["exp_alerts"] is not None]
-        for case in test.get("promql_expr_test", []) or []:
+        for _case in test.get("promql_expr_test", []) or []:
             pytest.fail(f"{test_file.name}: promql_expr_test is not rewritten yet")
     rewritten = tmp_path / test_file.name
     rewritten.write_text(yaml.safe_dump(doc, sort_keys=False))

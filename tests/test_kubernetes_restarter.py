@@ -114,9 +114,8 @@ def test_a_single_replica_without_a_pdb_is_evicted_gracefully(cluster):
 
 
 def test_missing_pod_is_a_clear_error(cluster):
-    with StandinApiServer(cluster) as server:
-        with pytest.raises(RestartError, match="does not exist"):
-            restarter(server).restart(alert("leakwatch-demo-zzzzz"))
+    with StandinApiServer(cluster) as server, pytest.raises(RestartError, match="does not exist"):
+        restarter(server).restart(alert("leakwatch-demo-zzzzz"))
 
 
 def test_a_pod_gone_between_reading_and_evicting_is_a_404(cluster):
@@ -138,7 +137,7 @@ def test_a_pod_gone_between_reading_and_evicting_is_a_404(cluster):
 def test_only_labelled_pods_in_its_namespace_that_the_alert_names(cluster):
     with StandinApiServer(cluster) as server:
         r = restarter(server)
-        with pytest.raises(RestartError, match="no leakwatch.dev/model label"):
+        with pytest.raises(RestartError, match=r"no leakwatch\.dev/model label"):
             r.restart(alert("postgres-0"))
         with pytest.raises(RestartError, match="namespace 'default'"):
             r.restart(alert("leakwatch-demo-aaaaa", namespace="default"))

@@ -81,7 +81,9 @@ def test_check_finds_the_backfilled_leak_and_exits_1(prometheus_url, capsys):
     assert host["bytes_per_request"]["estimate"] == pytest.approx(INJECTED, rel=0.05)
     assert host["bytes_per_request"]["low"] < INJECTED < host["bytes_per_request"]["high"]
     assert host["headroom_bytes"] == pytest.approx(8e9)
-    assert host["hours_to_exhaustion"] == pytest.approx(8e9 / host["growth_bytes_per_hour"]["estimate"])
+    assert host["decided_by"] in ("bytes_per_request", "both") and host["exhaustion_basis"] == "request_rate"
+    growth = host["bytes_per_request"]["estimate"] * host["recent_requests_per_hour"]
+    assert host["hours_to_exhaustion"] == pytest.approx(8e9 / growth)
 
 
 def test_prometheus_path_gives_the_same_numbers_as_the_samples(prometheus_url, capsys):

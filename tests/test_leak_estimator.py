@@ -222,9 +222,12 @@ def test_a_weak_signal_in_a_short_window_is_inconclusive():
 def test_time_to_exhaustion_from_headroom_and_growth():
     s = make(hours=24, step=60, requests_per_s=1000 / 86400, bytes_per_request=6 * MB, noise=10 * MB, seed=14)
     r = only(check(s, headroom=2_000 * MB))
-    growth = r.growth_per_hour.estimate
+    # A per-request leak grows with the traffic: the forecast is the recent request rate's growth.
+    assert r.exhaustion_basis == "request_rate"
+    growth = r.bytes_per_request.estimate * r.recent_requests_per_hour
     assert r.hours_to_exhaustion == pytest.approx(2_000 * MB / growth)
     assert 5 < r.hours_to_exhaustion < 12  # ~2 GB at ~250 MB/h
+    assert r.recent_requests_per_hour == pytest.approx(1000 / 24, rel=0.25)
 
 
 def test_time_compression_scales_growth_to_production_hours():

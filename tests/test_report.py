@@ -81,8 +81,8 @@ def report(tmp_path_factory):
     ) as url:
         args = ["--prometheus", url, "--end", str(END)]
         assert main(["report", *args, "--period", "day", "--out", str(out)]) == 0
-        from io import StringIO
         import contextlib
+        from io import StringIO
 
         buf = StringIO()
         with contextlib.redirect_stdout(buf):

@@ -4,6 +4,7 @@ simulations; the 30-day replays are `make bench-detection`)."""
 from __future__ import annotations
 
 import calendar
+import itertools
 import time
 
 from leakwatch.scenarios import library
@@ -32,11 +33,11 @@ def _gpu(name: str, days: float, seed: int | None = None, scenario=None):
 def test_sawtooth_creeps_in_segments_and_falls_back_every_period():
     _, used = _gpu("healthy_sawtooth", 0.5)
     ready = [(t, v) for t, v in used if v > 20000]
-    falls = [(t, a - b) for (_, a), (t, b) in zip(ready, ready[1:]) if a - b >= 40]
+    falls = [(t, a - b) for (_, a), (t, b) in itertools.pairwise(ready) if a - b >= 40]
     # Every 2 h the cache is released (12 h: five or six releases), and readings move in 20 MiB segments
     # (plus the allocator's own noise and one-time steps).
     assert 5 <= len(falls) <= 6, falls
-    gaps = [b - a for (a, _), (b, _) in zip(falls, falls[1:])]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(falls)]
     assert all(abs(g - 7200) <= 60 for g in gaps), gaps
     # The release timer is not aligned to the hour.
     assert any(t % 3600 not in (0, 60) for t, _ in falls)
@@ -46,7 +47,7 @@ def test_persistent_step_stays_and_arrivals_come_in_clumps():
     scenario = library.get("healthy_step_clumped", 2.8)
     result, used = _gpu("healthy_step_clumped", 2.8)
     served = result.requests_served
-    per_tick = [b - a for (_, a), (_, b) in zip(served, served[1:]) if b > a]
+    per_tick = [b - a for (_, a), (_, b) in itertools.pairwise(served) if b > a]
     assert per_tick and all(n % 8 == 0 for n in per_tick)
     step_at = result.start + scenario.noise.step_at_s
     before = [v for t, v in used if step_at - 3600 <= t < step_at]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from ..errors import LeakwatchError
 

@@ -13,8 +13,8 @@ import requests
 
 from ..errors import LeakwatchError
 from ..native.ports import free_port
-from ..promapi import Prometheus
 from ..native.programs import binary
+from ..promapi import Prometheus
 
 
 def create_blocks(files: list[Path], data_dir: Path, jobs: int = 2) -> None:

@@ -11,9 +11,9 @@ import hashlib
 import json
 import struct
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterator
 
 from ..errors import LeakwatchError
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from ..generate import yamlfmt
 from ..paths import GRAFANA_DIR, REPO_ROOT

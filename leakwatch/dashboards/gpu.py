@@ -6,8 +6,8 @@ from __future__ import annotations
 from . import thresholds as T
 from .common import FIRING_ALERTS
 from .kit import Board, Panel, Query, Row, Variable
-from .thresholds import BAD, NEUTRAL, WARN
 from .promql import MIB
+from .thresholds import BAD, NEUTRAL, WARN
 
 DCGM_INSTANCE = Variable(
     name="instance",

@@ -18,19 +18,22 @@ from dataclasses import dataclass, field
 from ..errors import LeakwatchError
 
 try:
-    from grafana_foundation_sdk.builders import common as common_builders
-    from grafana_foundation_sdk.builders import dashboard as dashboard_builders
-    from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+    from grafana_foundation_sdk.builders import (
+        common as common_builders,
+        dashboard as dashboard_builders,
+        prometheus,
+        stat,
+        timeseries,
+    )
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
-    from grafana_foundation_sdk.models import common
-    from grafana_foundation_sdk.models import dashboard as model
+    from grafana_foundation_sdk.models import common, dashboard as model
 except ImportError:  # the SDK is a development dependency: only generation and tests need it
     raise LeakwatchError(
         "grafana-foundation-sdk is not installed; it builds and validates the dashboards. "
         "Run `make setup-dev` (or: pip install -e '.[dev]')"
     ) from None
 
-from .provisioning import DATASOURCE_TYPE, DATASOURCE_UID, DATASOURCE_NAME
+from .provisioning import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
 from .thresholds import OK
 
 GRID_WIDTH = 24

@@ -6,8 +6,8 @@ from __future__ import annotations
 from . import thresholds as T
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
 from .kit import Annotation, Board, Panel, Query, Row, Variable
-from .thresholds import BAD, NEUTRAL, OK, WARN
 from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
+from .thresholds import BAD, NEUTRAL, OK, WARN
 
 GPU_VARIABLE = Variable(
     name="gpu",

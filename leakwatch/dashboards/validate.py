@@ -25,9 +25,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog import plugins, runtime as cog_runtime
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import dashboard as model
-from grafana_foundation_sdk.models import prometheus as prometheus_model
-from grafana_foundation_sdk.models import units as units_model
+from grafana_foundation_sdk.models import dashboard as model, prometheus as prometheus_model, units as units_model
 
 from .kit import DATASOURCE, GRID_WIDTH, PANEL_KINDS, PROMETHEUS_ANNOTATION_KEYS
 from .provisioning import DATASOURCE_TYPE

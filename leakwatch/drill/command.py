@@ -3,8 +3,12 @@ the production-day profile time-compressed, and checks that the leak alert fires
 calls the healer, vLLM is drained and restarted, memory comes back, and `leakwatch check` recovers
 the injected bytes per request (and says NO-LEAK for a control phase without injection).
 
-Settings: config/drill.yaml. The last line printed is the benchmark summary:
-    drill: alert_s=X recover_s=Y estimate_err_pct=Z
+Settings: config/drill.yaml. Before it reports the alert figure the drill checks it (which alert,
+on which series, not sooner than the rule's windows allow, nothing during warm-up or the control
+phase) and fails with the explanation otherwise. The last line printed is the benchmark summary,
+with the recovery split by phase (leakwatch/drill/phases.py) and the machine's load:
+    drill: alert_s=X recover_s=Y estimate_err_pct=Z escalate_s=.. notify_s=.. drain_s=.. stop_s=..
+           start_s=.. ready_s=.. baseline_s=.. cpu_hogs=N load_max=L
 """
 
 from __future__ import annotations
@@ -21,12 +25,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
+    parser.add_argument(
+        "--cpu-hogs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the loaded variant: N busy processes beside the stack for the whole drill "
+        "(bounded; `make bench-drill LOAD=1` uses 2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import LeakwatchError
     from .run import Drill
 
-    drill = Drill(plan.load(args.config), keep_state=args.keep_state)
+    if args.cpu_hogs < 0:
+        raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
+    drill = Drill(plan.load(args.config), keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
     result = drill.run()
     if args.json:
         with open(args.json, "w") as fh:
@@ -38,6 +53,14 @@ def run(args: argparse.Namespace) -> int:
         f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected"
     )
     print(f"restarts by the healer: {result.restarts} (alerts it received: {result.notifications})")
+    attribution = result.attribution
+    if attribution.get("labels"):
+        print(
+            f"leak alert: {attribution['alert']} on {attribution['labels']} after {result.alert_s:.1f}s "
+            f"(the rule allows no earlier than {attribution['earliest_s']:.1f}s)"
+        )
+    if result.phases_summary:
+        print(f"recovery by phase: {result.phases_summary}")
     for failure in result.failures:
         print(f"FAILED: {failure}")
     print("PASSED" if result.passed else "FAILED")

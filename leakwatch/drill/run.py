@@ -28,20 +28,21 @@ import requests
 
 from .. import vllm_key, webauth
 from ..errors import LeakwatchError
-from ..loadgen import conventions
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
 from ..leakcheck.analysis import CheckResult
-from ..leakcheck.command import add_arguments as add_check_arguments
-from ..leakcheck.command import run_check
+from ..leakcheck.command import add_arguments as add_check_arguments, run_check
+from ..loadgen import conventions
 from ..native.layout import StateLayout
 from ..native.ports import free_port
 from ..native.runner import NativeStack
 from ..paths import REPO_ROOT
 from ..promapi import Prometheus
 from ..settings import load as load_settings
-from . import leak_middleware
+from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
+from .load import CpuHog, load_average
+from .phases import PhaseWatcher, RecoveryPhases
 from .plan import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
@@ -65,6 +66,11 @@ class DrillResult:
     recovered_bytes: float | None = None
     restarts: int = 0
     notifications: int = 0
+    attribution: dict = field(default_factory=dict)  # selfcheck.AlertAttribution.as_dict()
+    phases: dict = field(default_factory=dict)  # recovery phase -> seconds (phases.PHASES)
+    phases_summary: str = ""
+    cpu_hogs: int = 0  # the loaded variant's busy processes
+    load_average: list[float] = field(default_factory=list)  # 1-min load at leak start, alert, recovery
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -75,7 +81,14 @@ class DrillResult:
         def f(v, digits=1):
             return "none" if v is None else f"{v:.{digits}f}"
 
-        return f"drill: alert_s={f(self.alert_s)} recover_s={f(self.recover_s)} estimate_err_pct={f(self.estimate_error_pct)}"
+        line = (
+            f"drill: alert_s={f(self.alert_s)} recover_s={f(self.recover_s)} "
+            f"estimate_err_pct={f(self.estimate_error_pct)}"
+        )
+        if self.phases_summary:
+            line += f" {self.phases_summary}"
+        load = max(self.load_average) if self.load_average else None
+        return line + f" cpu_hogs={self.cpu_hogs} load_max={f(load)}"
 
 
 def pss_total(pids: list[int]) -> int:
@@ -113,8 +126,9 @@ class DrillStack(NativeStack):
 
 
 class Drill:
-    def __init__(self, cfg: DrillConfig, out=sys.stdout, keep_state: bool = False):
+    def __init__(self, cfg: DrillConfig, out=sys.stdout, keep_state: bool = False, cpu_hogs: int = 0):
         self.cfg = cfg
+        self.cpu_hogs = cpu_hogs
         self.out = out
         self.keep_state = keep_state
         self.remediation = healer_config.load()  # the label the healer acts on
@@ -125,7 +139,7 @@ class Drill:
         )
         self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
         self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
-        self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request)
+        self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request, cpu_hogs=cpu_hogs)
         self.episode: list[dict] = []  # the remediation alerts as Alertmanager holds them
 
     def say(self, text: str) -> None:
@@ -301,9 +315,12 @@ class Drill:
         am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
         env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
         os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
-        stack = DrillStack(layout, self.settings)
+        stack = self.stack = DrillStack(layout, self.settings)
         stack.compression = cfg.time_compression
         cgroup = None
+        # The loaded variant: busy processes beside the stack for the whole drill (bounded: they
+        # exit by themselves after the drill's longest possible run).
+        hog = CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
         try:
             self.say(
                 f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
@@ -321,6 +338,7 @@ class Drill:
                     leak_middleware.DEVICE_ENV: "auto",
                 },
             )
+            stack_up = time.time()
             self.warm_up()
             self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
 
@@ -343,6 +361,7 @@ class Drill:
                 f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
             )
             leak_start = time.time()
+            res.load_average.append(load_average())
             proc = self.locust("completions", cfg.leak_span_s, "locust-leak")
             alert_at = remediation_at = restart_at = None
             deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
@@ -378,10 +397,26 @@ class Drill:
                     restart_at + 5,
                 )
             res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
+            res.load_average.append(load_average())
+            # The alert figure is checked before it is reported (selfcheck: which alert, which series,
+            # not before the rule's windows allow, not during warm-up or the control phase).
+            attribution = selfcheck.attribute(
+                self.prom,
+                LEAK_ALERT,
+                selfcheck.leak_window(cfg.time_compression),
+                control_start=stack_up,
+                leak_start=leak_start,
+                alert_at=alert_at,
+                role="api_server",
+                step=max(cfg.scrape_interval_s / 2, 0.5),
+            )
+            res.attribution = attribution.as_dict()
+            res.failures += attribution.failures
             if restart_at is None:
                 res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
             else:
-                self._recover(alert_at or restart_at)
+                self._recover(alert_at or restart_at, remediation_at, old_pids=pids)
+                res.load_average.append(load_average())
 
             control = self.check(control_start, control_end)
             leak = self.check(leak_start, leak_end)
@@ -390,6 +425,7 @@ class Drill:
             try:
                 stack.down(out=io.StringIO())
             finally:
+                hog.stop()
                 if cgroup is not None:
                     cgroup.remove()
                 for key, value in env_before.items():
@@ -407,23 +443,51 @@ class Drill:
         times = [float(t) for series in self.prom.query_range(expr, start, end, step) for t, _ in series["values"]]
         return min(times) if times else None
 
-    def _recover(self, alert_at: float) -> None:
-        cfg, res = self.cfg, self.result
+    def _healthy(self) -> bool:
+        try:
+            return requests.get(f"{self.url('vllm')}/health", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _recover(self, alert_at: float, remediation_at: float | None, old_pids: list[int]) -> None:
+        res = self.result
+        phases = RecoveryPhases(alert_at, remediation_at=remediation_at)
+        watcher = PhaseWatcher(
+            phases,
+            old_pids,
+            vllm_pids=lambda: self.vllm_pids(self.stack),
+            healthy=self._healthy,
+            healer_began=lambda: self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds"),
+            sigterm_to_gone_s=lambda: self.healer_metric("leakwatch_healer_last_drain_duration_seconds"),
+        )
         deadline = time.time() + 600
-        while time.time() < deadline:
-            if self.healer_metric("leakwatch_healer_restarts_total", result="success") >= 1:
-                break
-            if self.healer_metric("leakwatch_healer_restarts_total", result="failed") >= 1:
-                res.failures.append("the healer's restart failed (see its log)")
-                return
-            time.sleep(1)
+        try:
+            while time.time() < deadline:
+                watcher.poll(time.time())
+                if self.healer_metric("leakwatch_healer_restarts_total", result="success") >= 1 and watcher.ready:
+                    break
+                if self.healer_metric("leakwatch_healer_restarts_total", result="failed") >= 1:
+                    res.failures.append("the healer's restart failed (see its log)")
+                    return
+                time.sleep(0.5)
+            self._baseline(alert_at, phases, deadline)
+        finally:
+            res.phases = phases.durations()
+            res.phases_summary = phases.summary()
+            res.failures += phases.problems()
+            self.say(f"recovery by phase: {res.phases_summary}")
+        self._watch_repeats()
+
+    def _baseline(self, alert_at: float, phases: RecoveryPhases, deadline: float) -> None:
+        cfg, res = self.cfg, self.result
         self.warm_up()  # the new process serves again; its memory is what an operator now sees
         limit = (res.baseline_bytes or 0) + cfg.baseline_tolerance_bytes
         while time.time() < deadline:
             now = self.api_memory()
             if now is not None and res.baseline_bytes is not None and now <= limit:
                 res.recovered_bytes = now
-                res.recover_s = time.time() - alert_at
+                phases.baseline_at = time.time()
+                res.recover_s = phases.baseline_at - alert_at
                 self.say(
                     f"API server memory back to {now / 2**20:.0f} MiB (before the leak: "
                     f"{res.baseline_bytes / 2**20:.0f} MiB) {res.recover_s:.0f}s after the alert"
@@ -432,6 +496,9 @@ class Drill:
             time.sleep(1)
         else:
             res.failures.append("host memory did not come back near its pre-leak level")
+
+    def _watch_repeats(self) -> None:
+        cfg, res = self.cfg, self.result
         # Alertmanager repeats every 5 s while the alert still fires; the drill also replays the very
         # notification it sent (same fingerprint and startsAt) in case the alert resolved first.
         watch_end = time.time() + cfg.storm_watch_s

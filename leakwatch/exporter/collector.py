@@ -12,10 +12,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .cgroup import CgroupMemory, CgroupReader

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .procfs import ProcessGone, ProcFS
 

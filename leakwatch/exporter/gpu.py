@@ -13,9 +13,9 @@ the per-device ones still work.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from .discovery import VllmTree
 

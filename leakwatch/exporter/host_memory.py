@@ -9,8 +9,8 @@ served from that cache in between (0 reads them on every scrape).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .discovery import VllmTree
 from .procfs import ProcessGone, ProcFS, Smaps

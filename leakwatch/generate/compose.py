@@ -7,15 +7,13 @@ and the other services reach whichever model is selected by one name.
 
 from __future__ import annotations
 
-from .. import __version__
-from .. import profiles as model_profiles
+from .. import __version__, profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..exporter.server import HEALTH_PATH
 from ..settings import StackSettings, load as load_settings
 from ..topology import COMPOSE_HOSTS, compose_jobs
-from . import compose_healer
+from . import compose_healer, compose_webauth
 from .compose_healer import vllm_labels
-from . import compose_webauth
 from .prometheus_config import prometheus_config
 
 # Paths inside the containers.
@@ -101,12 +99,16 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
             **model_profiles.vllm_environment(profile),
             "HF_TOKEN": "${HF_TOKEN:-}",
         },
-        "volumes": ["hf-cache:/root/.cache/huggingface", f"models:{MODELS_DIR}"],
+        # vLLM's torch.compile cache: a restart (the healer's, `make up` again) reuses the compiled
+        # graphs instead of compiling for minutes again.
+        "volumes": ["hf-cache:/root/.cache/huggingface", f"models:{MODELS_DIR}", "vllm-cache:/root/.cache/vllm"],
         "ports": [_port(settings, "vllm")],
         # PyTorch shares tensors between vLLM's processes through /dev/shm.
         "ipc": "host",
         "networks": {"default": {"aliases": ["vllm"]}},
-        "healthcheck": {**_http_check(f"http://localhost:{port}/health", tool="python"), "start_period": "600s"},
+        # Loading (and on CPU, torch.compile) can take over 10 min on a busy host: failed checks in
+        # this window do not count; the first passing one makes it healthy at once.
+        "healthcheck": {**_http_check(f"http://localhost:{port}/health", tool="python"), "start_period": "1200s"},
         "restart": "unless-stopped",
     }
     if profile.needs_gpu:
@@ -268,6 +270,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 "alertmanager-data",
                 "grafana-data",
                 "hf-cache",
+                "vllm-cache",
                 "models",
                 "leakwatch-state",
                 "healer-data",

@@ -1,14 +1,17 @@
 """The healer's part of compose.yaml: the healer, the Docker socket proxy it restarts vLLM through,
 their private network and the bearer-token secret it shares with Alertmanager.
 
-The healer never sees the Docker socket. The proxy holds it read-only, sits on an internal network
-that only the healer joins, and allows listing containers and restarting one, nothing else.
+The healer never sees the Docker socket. The proxy (HAProxy, leakwatch/generate/socket_proxy.py)
+holds it, sits on an internal network that only the healer joins, and lets through two requests:
+listing this project's running vLLM container and restarting that container by name.
 """
 
 from __future__ import annotations
 
 from ..heal.command import VLLM_CONTAINER_LABEL
+from ..paths import REPO_ROOT
 from ..settings import StackSettings
+from . import socket_proxy
 
 SECRET = "healer_token"
 SECRET_FILE = "./secrets/healer-token"  # created by `make up` (compose runner), git-ignored
@@ -17,10 +20,10 @@ PROXY_NETWORK = "docker-api"
 PROXY_HOST = "docker-socket-proxy"
 STATE_DIR = "/var/lib/leakwatch-healer"
 
-# What the proxy lets through (lscr.io/linuxserver/socket-proxy): container listing and
-# restart/stop/kill, which it allows even with POST=0; every other write (create, exec, start of
-# another container, images, volumes) is refused. Everything not named here is off by default.
-PROXY_ENV = {"CONTAINERS": "1", "ALLOW_RESTARTS": "1", "POST": "0", "EVENTS": "0", "PING": "1", "VERSION": "1"}
+PROJECT = "leakwatch"  # compose.yaml's `name:`; the proxy's rules and the healer's lookup use it
+PROXY_CONFIG_FILE = REPO_ROOT / "docker" / "socket-proxy" / "haproxy.cfg"
+# The engine's socket on the host; a private engine (the tests' dockerd) names its own.
+DOCKER_SOCKET = "${DOCKER_SOCKET:-/var/run/docker.sock}"
 
 
 def vllm_labels() -> dict:
@@ -48,6 +51,8 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
                 f"http://{PROXY_HOST}:{proxy_port}",
                 "--container-label",
                 VLLM_CONTAINER_LABEL,
+                "--compose-project",
+                PROJECT,
                 "--vllm-url",
                 f"http://vllm:{settings.service('vllm').default_port}",
                 "--state-file",
@@ -66,13 +71,27 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
         },
         PROXY_HOST: {
             "image": settings.service("docker_socket_proxy").image,
-            "environment": PROXY_ENV,
-            "volumes": ["/var/run/docker.sock:/var/run/docker.sock:ro"],
+            "volumes": [
+                f"./{PROXY_CONFIG_FILE.relative_to(REPO_ROOT)}:{socket_proxy.CONFIG_PATH}:ro",
+                # Not `:ro`: a read-only bind of a socket still lets writes through. The proxy's
+                # rules are the protection, so nothing but the proxy mounts it.
+                f"{DOCKER_SOCKET}:{socket_proxy.SOCKET_IN_CONTAINER}",
+            ],
+            # The socket belongs to root (group docker, whose ID differs between hosts): HAProxy
+            # runs as root without capabilities, in a read-only root filesystem.
+            "user": "0:0",
             "networks": [PROXY_NETWORK],
             "expose": [str(proxy_port)],
             "read_only": True,
-            "tmpfs": ["/run"],
+            "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
+            "healthcheck": {
+                "test": ["CMD", "haproxy", "-c", "-q", "-f", socket_proxy.CONFIG_PATH],
+                "interval": "15s",
+                "timeout": "5s",
+                "retries": 5,
+                "start_period": "10s",
+            },
             "restart": "unless-stopped",
         },
     }

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from ..settings import StackSettings
 
-
 # Jobs that scrape a server behind our basic auth (leakwatch/webauth.py).
 AUTHENTICATED_JOBS = ("prometheus", "alertmanager")
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
-from . import config as heal_config
-from . import token as heal_token
+from . import config as heal_config, token as heal_token
 from .metrics import HealerMetrics
 from .policy import Policy
 from .restarters import DockerRestarter, SupervisorRestarter
@@ -71,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=VLLM_CONTAINER_LABEL,
         metavar="KEY=VALUE",
         help=f"label of the vLLM container (default {VLLM_CONTAINER_LABEL})",
+    )
+    parser.add_argument(
+        "--compose-project",
+        default="leakwatch",
+        metavar="NAME",
+        help="compose project whose vLLM container is restarted (default leakwatch)",
     )
     parser.add_argument(
         "--vllm-url",
@@ -145,7 +150,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
         restarter, probe = _kubernetes_restarter(args)
     elif args.restarter == "docker":
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
-        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout)
+        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout, args.compose_project)
     else:
         # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30

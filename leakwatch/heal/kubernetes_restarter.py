@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..catalogue import METRICS_DIR
 from ..errors import LeakwatchError
@@ -59,7 +59,7 @@ class KubernetesRestarter:
         self._waiting_for: tuple[str, int] | None = None  # (model, ready pods before the eviction)
 
     @classmethod
-    def in_cluster(cls, namespace: str, model_label: str, **kw) -> "KubernetesRestarter":
+    def in_cluster(cls, namespace: str, model_label: str, **kw) -> KubernetesRestarter:
         """With the pod's service account (the chart's Role), or ~/.kube/config outside a cluster."""
         from kubernetes import client, config
 

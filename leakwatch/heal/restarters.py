@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 import xmlrpc.client
@@ -93,54 +92,62 @@ class SupervisorRestarter:
 
 
 class DockerRestarter:
-    """Restarts the container labelled as vLLM through the Docker Engine API, reached via a socket
-    proxy (CONTAINERS=1 to list, ALLOW_RESTARTS=1 to restart, POST=0 for everything else)."""
+    """Restarts this compose project's vLLM container through the Docker Engine API, reached via
+    the HAProxy socket proxy (leakwatch/generate/socket_proxy.py), which lets through exactly the
+    two requests sent here: the listing below and a restart by container name."""
 
-    def __init__(self, base_url: str, label: str, stop_timeout_s: int, http_timeout_s: float = 30.0):
+    def __init__(self, base_url: str, label: str, stop_timeout_s: int, project: str, http_timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.label = label
+        self.project = project
         self.stop_timeout_s = int(stop_timeout_s)
         self.http_timeout_s = http_timeout_s
         self.session = requests.Session()
 
     def describe(self) -> str:
-        return f"container labelled {self.label} via {self.base_url}"
+        return f"running container of compose project {self.project!r} labelled {self.label} via {self.base_url}"
 
     def _containers(self) -> list[dict]:
-        filters = json.dumps({"label": [self.label], "status": ["running", "restarting", "exited", "created"]})
+        from ..generate.socket_proxy import list_query
+
+        # Running containers of this project only: a leftover vLLM of another stack, or an exited
+        # one of this, is not ours to restart. The query string is the exact one the proxy allows.
+        url = f"{self.base_url}/containers/json?{list_query(self.project, self.label)}"
         try:
-            resp = self.session.get(
-                f"{self.base_url}/containers/json", params={"all": "1", "filters": filters}, timeout=self.http_timeout_s
-            )
+            resp = self.session.get(url, timeout=self.http_timeout_s)
         except requests.RequestException as exc:
             raise RestartError(f"cannot reach the Docker API at {self.base_url}: {exc}") from None
         if resp.status_code != 200:
             raise RestartError(f"listing containers at {self.base_url}: HTTP {resp.status_code} {resp.text[:200]}")
         return resp.json()
 
-    def check(self) -> None:
-        try:
-            found = self._containers()
-        except RestartError as exc:
-            raise LeakwatchError(str(exc)) from None
-        if len(found) != 1:
-            raise LeakwatchError(f"expected one container labelled {self.label}, found {len(found)}")
-
-    def restart(self) -> RestartTiming:
+    def _one(self) -> str:
         found = self._containers()
         if len(found) != 1:
-            raise RestartError(f"expected one container labelled {self.label}, found {len(found)}")
-        cid = urllib.parse.quote(found[0]["Id"], safe="")
+            raise RestartError(f"expected one {self.describe()}, found {len(found)}")
+        names = found[0].get("Names") or []
+        if not names:
+            raise RestartError(f"container {found[0].get('Id', '?')[:12]} has no name")
+        return names[0].lstrip("/")
+
+    def check(self) -> None:
+        try:
+            self._one()
+        except RestartError as exc:
+            raise LeakwatchError(str(exc)) from None
+
+    def restart(self) -> RestartTiming:
+        name = urllib.parse.quote(self._one(), safe="")
         began = time.monotonic()
         try:
-            # Docker sends the stop signal (SIGTERM: vLLM drains), waits t seconds, then SIGKILLs and starts it.
+            # By name: the proxy allows the restart path for the vLLM containers' names only. Docker
+            # sends SIGTERM (vLLM drains), waits t seconds, then SIGKILLs and starts it.
             resp = self.session.post(
-                f"{self.base_url}/containers/{cid}/restart",
-                params={"t": self.stop_timeout_s},
+                f"{self.base_url}/containers/{name}/restart?t={self.stop_timeout_s}",
                 timeout=self.stop_timeout_s + self.http_timeout_s,
             )
         except requests.RequestException as exc:
-            raise RestartError(f"restarting container {cid[:12]}: {exc}") from None
+            raise RestartError(f"restarting container {name}: {exc}") from None
         if resp.status_code != 204:
-            raise RestartError(f"restarting container {cid[:12]}: HTTP {resp.status_code} {resp.text[:200]}")
+            raise RestartError(f"restarting container {name}: HTTP {resp.status_code} {resp.text[:200]}")
         return RestartTiming(0.0, time.monotonic() - began)

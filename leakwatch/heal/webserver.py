@@ -320,7 +320,7 @@ class HealerServer:
             except Refusal as refusal:
                 self._log_refusal(conn, refusal)
                 data = self._response(refusal.status, {"error": str(refusal)}, refusal.outcome, headers=refusal.headers)
-            except Exception:  # noqa: BLE001 - a bug answers 500 and is logged; the server keeps serving
+            except Exception:
                 log.exception("internal error on %s %s", safe(req.method, 20), safe(req.path, 80))
                 data = self._response(500, {"error": "internal error; see the healer's log"})
             conn.sock.settimeout(SEND_TIMEOUT_S)

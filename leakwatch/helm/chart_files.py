@@ -8,8 +8,8 @@ import json
 import math
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 

@@ -112,6 +112,25 @@ def _autocorrelation_factor(residuals: np.ndarray) -> float:
     return max(hamed_rao, (1.0 + r1) / (1.0 - r1), 1.0)
 
 
+def _wander_bound(parts, estimate: float) -> float:
+    """Magnitude before ranks: the largest slope error the residuals' whole wander could explain.
+
+    A slope further than (max - min residual) / (x range) from the estimate would leave, in some
+    segment, residuals that climb (or fall) from its first to its last point by more than they ever
+    wander around the fit: that is growth, not noise. The rank interval's autocorrelation inflation
+    knows nothing of magnitude, and for memory that is a near-perfect staircase (a leak under bursty
+    traffic, a few pages of wander) it is unbounded although the slope is known to the byte. The
+    widest bound of any segment with at least four points is used; inf when none has."""
+    bound = -math.inf
+    for _, px, py in parts:
+        span = float(px.max() - px.min())
+        if len(px) < 4 or span <= 0:
+            continue
+        residuals = py - estimate * px
+        bound = max(bound, float(residuals.max() - residuals.min()) / span)
+    return bound if bound >= 0 else math.inf
+
+
 def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     """Median within-segment pairwise slope of y against x, with a `confidence` interval."""
     x = np.asarray(x, dtype=float)
@@ -138,6 +157,8 @@ def theil_sen(x, y, segments=None, confidence: float = 0.95) -> SlopeFit:
     hi_rank = int(round((n_pairs + c) / 2.0))
     low = float(all_slopes[lo_rank]) if lo_rank >= 0 else -math.inf
     high = float(all_slopes[hi_rank]) if hi_rank < n_pairs else math.inf
+    cap = _wander_bound(parts, estimate)
+    low, high = max(low, estimate - cap), min(high, estimate + cap)
     intercepts = tuple((int(s), float(np.median(py - estimate * px))) for s, px, py in parts)
     return SlopeFit(
         Interval(estimate, min(low, estimate), max(high, estimate)), len(x), n_pairs, len(parts), intercepts

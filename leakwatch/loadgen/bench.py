@@ -39,8 +39,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from .. import demo_model
-from .. import profiles as model_profiles
+from .. import demo_model, profiles as model_profiles
 from ..native.ports import free_port
 from ..paths import REPO_ROOT
 from . import server_metrics, truth

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import model_text
-from .. import profiles as model_profiles
+from .. import model_text, profiles as model_profiles
 
 
 @dataclass(frozen=True)

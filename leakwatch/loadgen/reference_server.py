@@ -77,7 +77,7 @@ class ReferenceServer:
 
     # -- HTTP/1.1 with keep-alive, just enough for OpenAI clients -----------------------------------------
 
-    async def handle(self, conn: "Connection") -> None:
+    async def handle(self, conn: Connection) -> None:
         try:
             while True:
                 request_line = await conn.readline()
@@ -121,7 +121,7 @@ class ReferenceServer:
 
     async def route(self, method, path, headers, body, conn, received) -> bool:
         path = path.rstrip("/")
-        if path.endswith("/v1/completions") or path.endswith("/v1/chat/completions"):
+        if path.endswith(("/v1/completions", "/v1/chat/completions")):
             if method != "POST":
                 return await self._send_json(conn, 405, {"error": {"message": "use POST"}})
             try:

@@ -11,7 +11,7 @@ import logging
 import math
 import resource
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from locust.runners import MasterRunner, WorkerRunner
 

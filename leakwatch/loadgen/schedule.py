@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from collections.abc import Iterator
 
 SECONDS_PER_DAY = 86400.0
 

@@ -9,6 +9,7 @@ the truth's quantile over the same requests (ms, and % of the truth).
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def start(port: int, log_path: Path, seed: int = 0) -> subprocess.Popen:
     ]
     proc = subprocess.Popen(
         cmd,
-        stdout=open(log_path, "w"),
+        stdout=open(log_path, "w"),  # noqa: SIM115 - the child owns the log file for its whole life
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -81,7 +82,7 @@ def take_record(url: str) -> dict:
 
 def truth_of(entry: dict) -> tuple[float, list[float]]:
     tokens = entry["tokens"]
-    return tokens[0] - entry["received"], [b - a for a, b in zip(tokens, tokens[1:])]
+    return tokens[0] - entry["received"], [b - a for a, b in itertools.pairwise(tokens)]
 
 
 def pairs_loadgen(run: dict, record: dict) -> list[tuple[float, float]]:

@@ -23,8 +23,7 @@ def _cpu() -> float:
 
 
 def main() -> int:
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as serve_main
+    from vllm.benchmarks.serve import add_cli_args, main as serve_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     out = sys.stdout

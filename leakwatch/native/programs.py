@@ -8,8 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import profiles as model_profiles
-from .. import vllm_key, webauth
+from .. import profiles as model_profiles, vllm_key, webauth
 from ..errors import LeakwatchError
 from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import demo_model, webauth
-from .. import profiles as model_profiles
+from .. import demo_model, profiles as model_profiles, webauth
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
 from ..generate.alertmanager_config import native_alertmanager_config

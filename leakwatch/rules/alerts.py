@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..heal import config as healer_config
 from .. import profiles as model_profiles
+from ..heal import config as healer_config
 from .promql import by, fill
 from .recording import Context
 from .thresholds import MIB, format_duration, number
@@ -125,9 +125,12 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     # vllm:cache_config_info, and each profile's value gets a branch; a vLLM reporting another
     # value (or none) is judged by the highest profile's.
     shares = profile_shares()
-    config_info = ctx.vllm("vllm:cache_config_info")
+    ctx.vllm("vllm:cache_config_info")
     for severity, key in (("warning", "level_warning_headroom_share"), ("critical", "level_critical_headroom_share")):
-        level = lambda u: number(round(u + g.num(key) * (1 - u), 4))
+
+        def level(u, key=key):
+            return number(round(u + g.num(key) * (1 - u), 4))
+
         branches = [
             f"({ctx.gpu_used} / {ctx.gpu_total} > {level(u)}\n"
             f"  and {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization={utilization_label(u)!r}'.replace(chr(39), chr(34)))})"

@@ -11,10 +11,10 @@ import time
 
 sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
 
-from leakwatch.heal.kubernetes_restarter import KubernetesRestarter  # noqa: E402
-from leakwatch.heal.payload import Alert  # noqa: E402
-from leakwatch.heal.restarters import RestartError  # noqa: E402
-from leakwatch.helm.identity import MODEL_LABEL  # noqa: E402
+from leakwatch.heal.kubernetes_restarter import KubernetesRestarter
+from leakwatch.heal.payload import Alert
+from leakwatch.heal.restarters import RestartError
+from leakwatch.helm.identity import MODEL_LABEL
 
 
 def alert(namespace: str, pod: str) -> Alert:

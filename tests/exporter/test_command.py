@@ -13,9 +13,9 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from leakwatch.cli import main
+from leakwatch.exporter.server import HEALTH_PATH, serve
 from leakwatch.native.ports import free_port
 from leakwatch.paths import REPO_ROOT
-from leakwatch.exporter.server import HEALTH_PATH, serve
 
 from .support import VllmEndpoint
 

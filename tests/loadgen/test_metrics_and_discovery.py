@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from leakwatch.catalogue import exposed_names, loadgen_metrics, sample_names
 from leakwatch.loadgen import discovery, metrics

@@ -13,7 +13,6 @@ import requests
 
 from leakwatch.catalogue import PROMETHEUS_SYNTHETIC, exporter_metrics, metric_names, recorded_names
 from leakwatch.dashboards import boards
-from leakwatch.dashboards.loadtest import loadgen_series
 from leakwatch.dashboards.live import (
     default_range_s,
     resolve_variables,
@@ -22,6 +21,7 @@ from leakwatch.dashboards.live import (
     scrape_interval_s,
     variable_values,
 )
+from leakwatch.dashboards.loadtest import loadgen_series
 from leakwatch.promapi import PrometheusError
 
 pytestmark = pytest.mark.stack

@@ -33,6 +33,26 @@ def test_the_leak_alert_fires_and_the_healer_restarts_vllm_once(drill):
     assert result.notifications >= 1
 
 
+def test_the_alert_is_the_leaks(drill):
+    """The self-check's verdict, visible: fired on the leaking role, no sooner than the rule allows,
+    nothing during warm-up or the control phase."""
+    _, result, log = drill
+    attribution = result.attribution
+    assert attribution["failures"] == [], (attribution, log)
+    assert attribution["labels"]["role"] == "api_server"
+    assert result.alert_s >= attribution["earliest_s"]
+    assert attribution["control_alerts"] == []
+
+
+def test_recovery_is_reported_by_phase_and_the_phases_add_up(drill):
+    _, result, log = drill
+    assert result.recover_s is not None, (result.failures, log)
+    assert all(v is not None and v >= 0 for v in result.phases.values()), result.phases
+    assert sum(result.phases.values()) == pytest.approx(result.recover_s, abs=1.0)
+    for name in result.phases:
+        assert f" {name}_s=" in result.summary_line()
+
+
 def test_memory_comes_back_near_the_pre_leak_baseline(drill):
     cfg, result, log = drill
     assert result.recover_s is not None, (result.failures, log)

@@ -62,6 +62,8 @@ def test_alertmanager_restart_keeps_its_silences(stack):
     assert kept.status_code == 200 and kept.json()["status"]["state"] == "active", kept.text
 
 
+# pending (issue 15): not yet passed on main; `make test-pending` runs it.
+@pytest.mark.pending
 def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     with environ(stack.env):
         prom = Prometheus(stack.url("prometheus"))
@@ -90,6 +92,8 @@ def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     )
 
 
+# pending (issue 15): not yet passed on main; `make test-pending` runs it.
+@pytest.mark.pending
 @pytest.mark.timeout(2400)  # vLLM restarts slowly on a loaded 2-core machine
 def test_kill_9_of_enginecore_restarts_vllm_and_the_exporter_takes_a_new_baseline(stack):
     with environ(stack.env):

@@ -11,9 +11,9 @@ import pytest
 import requests
 
 from leakwatch import webauth
-from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
+from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.paths import RULES_DIR
 
 pytestmark = pytest.mark.stack

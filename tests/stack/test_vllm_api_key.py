@@ -15,8 +15,7 @@ import psutil
 import pytest
 import requests
 
-from leakwatch import demo_model
-from leakwatch import profiles as model_profiles
+from leakwatch import demo_model, profiles as model_profiles
 from leakwatch.native.ports import free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
