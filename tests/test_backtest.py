@@ -232,6 +232,7 @@ def test_cli_lists_the_scenarios(capsys):
         assert name in out
 
 
+@pytest.mark.integration
 def test_auto_lookback_covers_the_slowest_job_and_says_so(tmp_path, capsys):
     """DCGM scraped every 60 s beside vLLM every 15 s: a lookback of 1.5 x the median (15 s) would
     drop the DCGM series between its samples; the automatic lookback follows the slowest job."""
@@ -296,6 +297,7 @@ def test_hysteresis_of_the_generated_rules_is_split_for_replay():
         assert "ALERTS" not in condition and (hold is None or "ALERTS" not in hold)
 
 
+@pytest.mark.integration
 def test_backtester_replays_the_hysteresis_as_promtool_does(tmp_path):
     """The promtool case where article A's leak pauses: the warning fires at 40m and is still
     firing at 75m (promtool checks both), then resolves before 85m: one episode, not two."""
