@@ -45,10 +45,15 @@ _TEMPLATE_VAR = re.compile(r"\$\{[^}]*\}|\$\w+")
 _IDENT = re.compile(r"(?<![\w.:])[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
+# PromQL line comments (a '#' outside strings and selectors: our expressions put none there).
+_COMMENT = re.compile(r"(?m)^\s*#.*$")
+
+
 def metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression selects (Grafana template variables allowed)."""
     names: set[str] = set()
     text = _TEMPLATE_VAR.sub("1", expr)
+    text = _COMMENT.sub("", text)
     for body in _SELECTOR_BODY.findall(text):
         names.update(m.strip("\"'") for m in _NAME_MATCHER.findall(body))
     text = _SELECTOR_BODY.sub(" ", text)

@@ -228,7 +228,7 @@ def test_a_drill_gets_the_same_rules_with_durations_scaled():
     )["expr"]
     rate = lambda expr: float(re.search(r"deriv\w+ > ([0-9.e+]+)\)", expr).group(1))
     assert rate(fast(drill)) == pytest.approx(100 * rate(fast(production)), rel=1e-4)
-    assert re.search(r"\n> 2097152\n", fast(drill)) and re.search(r"\n> 2097152\n", fast(production))
+    assert re.search(r"\n> 1572864\n", fast(drill)) and re.search(r"\n> 1572864\n", fast(production))  # 1.5 MiB
 
 
 def test_a_time_scale_that_leaves_windows_too_short_is_refused():

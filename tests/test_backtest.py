@@ -230,3 +230,89 @@ def test_cli_lists_the_scenarios(capsys):
     out = capsys.readouterr().out
     for name in ("article_a_vllm", "slow_leak", "worker_rss_high_traffic", "healthy_30d"):
         assert name in out
+
+
+@pytest.mark.integration
+def test_auto_lookback_covers_the_slowest_job_and_says_so(tmp_path, capsys):
+    """DCGM scraped every 60 s beside vLLM every 15 s: a lookback of 1.5 x the median (15 s) would
+    drop the DCGM series between its samples; the automatic lookback follows the slowest job."""
+    lines = []
+    for k in range(121):
+        t = 1_700_000_000 + 15 * k
+        lines.append(f'vllm:request_success_total{{job="vllm",instance="v"}} {k} {t}')
+        lines.append(f'vllm:num_requests_running{{job="vllm",instance="v"}} 0 {t}')
+        if k % 4 == 0:
+            lines.append(f'DCGM_FI_DEV_FB_USED{{job="dcgm",instance="d",gpu="0"}} 22528 {t}')
+    om = tmp_path / "mixed.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    history = sources.from_openmetrics(om, tmp_path / "work")
+    assert history.interval_s == 15
+    lookback, warning = history.auto_lookback()
+    assert lookback == 90 and "dcgm 60s" in warning and "vllm 15s" in warning
+    # The command prints the warning and counts from --leak-start.
+    code = cli.main(["backtest", "--openmetrics", str(om), "--leak-start", str(1_700_000_000 + 600), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0 and "scrape intervals differ by job" in captured.err
+    assert json.loads(captured.out)["origin"] == 1_700_000_000 + 600
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--scenario", "slow_leak", "--leak-start", "0"], "a scenario knows its leak start"),
+        (["--openmetrics", "{om}", "--leak-start", "2001-01-01T00:00:00Z"], "is outside the history"),
+    ],
+)
+def test_leak_start_is_checked(tmp_path, capsys, argv, message):
+    om = tmp_path / "one.om"
+    om.write_text("".join(f'up{{job="vllm"}} 1 {1_700_000_000 + 60 * k}\n' for k in range(10)) + "# EOF\n")
+    assert cli.main(["backtest", *[a.format(om=om) for a in argv]]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_firing_alert_with_hysteresis_stays_firing_while_its_hold_holds():
+    # Condition at 0-4 and 8-9; the hold at 3-12: one episode from 0 (firing at 2) to 13.
+    present = {(("a", "1"),): set(range(5)) | {8, 9}}
+    held = {(("a", "1"),): set(range(3, 13))}
+    episodes = apply_for(present, for_s=120, start=0, end=1200, step=60, held=held)
+    assert [(e.pending_at, e.firing_at, e.ended_at) for e in episodes] == [(0, 120, 780)]
+    # A hold does not start an alert, nor keep a pending one.
+    assert apply_for({(("a", "1"),): {5, 6}}, for_s=600, start=0, end=1200, step=60, held=held) == []
+
+
+def test_hysteresis_of_the_generated_rules_is_split_for_replay():
+    from leakwatch.backtest.engine import split_hysteresis
+
+    _, alerting = load_rules(RULE_FILES)
+    held = {r.key for r in alerting if split_hysteresis(r.expr)[1]}
+    assert {
+        "GPUMemoryLeakSuspected/warning",
+        "GPUMemoryGrowthPerRequest/warning",
+        "GPUProcessMemoryLeak/warning",
+        "VRAMRetentionHigh/warning",
+        "HostMemoryLeak/warning",
+    } <= held
+    for rule in alerting:
+        condition, hold = split_hysteresis(rule.expr)
+        assert "ALERTS" not in condition and (hold is None or "ALERTS" not in hold)
+
+
+@pytest.mark.integration
+def test_backtester_replays_the_hysteresis_as_promtool_does(tmp_path):
+    """The promtool case where article A's leak pauses: the warning fires at 40m and is still
+    firing at 75m (promtool checks both), then resolves before 85m: one episode, not two."""
+    case = next(
+        t
+        for t in yaml.safe_load((PROMETHEUS_DIR / "tests" / "gpu.test.yml").read_text())["tests"]
+        if t["name"] == "a leak that pauses stays firing"
+    )
+    om = tmp_path / "series.om"
+    om.write_text(to_openmetrics(case["input_series"], 60))
+    history = sources.from_openmetrics(om, tmp_path)
+    backtest = Backtest(tmp_path, step_s=60, lookback_s=90)
+    backtest.load(history.files)
+    result = backtest.run(RULE_FILES, history.start, history.end)
+    warning = next(r for r in result.alerts if r.rule.key == "GPUMemoryLeakSuspected/warning")
+    [episode] = warning.fired
+    assert episode.firing_at - history.start == 40 * 60
+    assert 75 * 60 < episode.ended_at - history.start <= 85 * 60

@@ -17,15 +17,19 @@ def test_quick_bench_meets_the_detection_targets(capsys):
     last = out.strip().splitlines()[-1]
     match = re.fullmatch(
         r"detection: article_a_vllm_min=(\d+|none) slow_leak_min=(\d+|none) worker_rss_min=(\d+|none) "
-        r"healthy_false_alerts=(\d+)",
+        r"healthy_false_alerts=(\d+) healthy_warning_episodes=(\d+) leak_requests_p90=(\d+|none)",
         last,
     )
     assert match, last
-    article_a, slow, worker, false_alerts = match.groups()
+    article_a, slow, worker, false_alerts, warnings, leak_requests = match.groups()
     assert article_a != "none" and int(article_a) <= 60, out
     assert slow != "none" and int(slow) <= 6 * 60, out
     assert worker != "none" and int(worker) <= 3 * 60, out
-    assert int(false_alerts) == 0, out
+    assert int(false_alerts) == 0 and int(warnings) == 0, out
+    # GPU leaks of 2 MB per request, at night and at the afternoon peak: within 150 leaking requests.
+    assert leak_requests != "none" and int(leak_requests) <= 150, out
+    worst = re.search(r"GPU leaks at any hour: .* max=(\d+)", out)
+    assert worst and int(worst.group(1)) <= 150, out
     # Article A under vLLM: caught before a quarter of the headroom above the preallocation is gone.
     used = re.search(r"article_a_vllm .*\n  ours: .*\((\d+)% of the GPU headroom used\)", out)
     assert used and int(used.group(1)) < 25, out

@@ -3,19 +3,24 @@ articles' rules (translated faithfully) and with ours, and how many alerts 30 he
 
 The last line is the summary:
   detection: article_a_vllm_min=N slow_leak_min=N worker_rss_min=N healthy_false_alerts=N
-(minutes from leak start, `none` where nothing fired). Targets: article A within 60 min and before
-25 % of the remaining headroom is used, the slow leak within 6 h, the worker leak within 3 h, and no
-alert in the healthy month.
+             healthy_warning_episodes=N leak_requests_p90=N
+(minutes from leak start, `none` where nothing fired; false alerts are warning and critical episodes
+summed over every healthy scenario and seed; leak_requests_p90 counts the requests served between
+the start of a 2 or 3 MB/request GPU leak and the first alert, over leaks starting at six hours of
+the day, `none` if one was missed). Targets: article A within 60 min and before 25 % of the
+remaining headroom is used, the slow leak within 6 h, the worker leak within 3 h, no episode in any
+healthy month, every GPU leak within 150 leaking requests.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..paths import RULES_DIR
@@ -65,6 +70,16 @@ class Outcome:
     def episodes(self, side: str) -> dict[str, int]:
         return {r.rule.key: len(r.fired) for r in self.alerts(side) if r.fired}
 
+    def requests_after_leak(self, after_s: float) -> float | None:
+        """Requests served between the leak start and `after_s` later."""
+        sim = self.history.simulation
+        if not sim or not sim.requests_served:
+            return None
+        return sim.requests_between(self.origin, self.origin + after_s)
+
+    def severity_episodes(self, side: str, severity: str) -> int:
+        return sum(len(r.fired) for r in self.alerts(side) if r.rule.severity == severity)
+
     def headroom_used(self, after_s: float) -> float | None:
         """Share of the card's headroom at the leak start used up `after_s` later (card 0)."""
         sim = self.history.simulation
@@ -85,10 +100,13 @@ def run_scenario(
     resolution_s: float = 60.0,
     step_s: float = 60.0,
     workdir: Path | None = None,
+    scenario=None,
 ) -> Outcome:
-    scenario = library.get(name, days, seed)
+    scenario = scenario or library.get(name, days, seed)
+    if scenario is not None and days is not None and scenario.days != days:
+        scenario = replace(scenario, days=days)
     own = workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix=f"leakwatch-bench-{name}-")) if own else workdir
+    workdir = Path(tempfile.mkdtemp(prefix=f"leakwatch-bench-{scenario.name}-")) if own else workdir
     started = time.monotonic()
     try:
         history = from_scenario(scenario, workdir, resolution_s)
@@ -99,7 +117,7 @@ def run_scenario(
     finally:
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
-    return Outcome(name, history, result, time.monotonic() - started)
+    return Outcome(scenario.name, history, result, time.monotonic() - started)
 
 
 def _fmt(first: tuple[float, str] | None) -> str:
@@ -121,39 +139,64 @@ def _article_firsts(outcome: Outcome, noisy: set[str]) -> str:
 
 
 # Shorter histories for a quick check (tests): long enough for every target to be measurable.
-QUICK_DAYS = {"healthy_30d": 2.0, "article_a_published": 1.0, "metrics_cardinality": 0.5}
+QUICK_DAYS = {"article_a_published": 1.0, "metrics_cardinality": 0.5}
+QUICK_HEALTHY_DAYS = 2.0
 QUICK_DEFAULT_DAYS = 0.4
+QUICK_LEAK_HOURS = (0.0, 15.0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least q of the values at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="shorter histories (2 healthy days, 10 h leaks)")
-    parser.add_argument("--healthy-days", type=float, default=None, help="length of the healthy history")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter histories (2 healthy days per scenario and seed, 10 h leaks, two leak hours)",
+    )
+    parser.add_argument("--healthy-days", type=float, default=None, help="length of every healthy history")
     parser.add_argument("--resolution", type=float, default=60.0, help="seconds between simulated scrapes")
     parser.add_argument("--step", type=float, default=60.0, help="evaluation interval in seconds")
     args = parser.parse_args(argv)
 
     def days(name: str) -> float | None:
-        if name == "healthy_30d" and args.healthy_days:
-            return args.healthy_days
+        if name in library.healthy():
+            return args.healthy_days or (QUICK_HEALTHY_DAYS if args.quick else None)
         return QUICK_DAYS.get(name, QUICK_DEFAULT_DAYS) if args.quick else None
 
     started = time.monotonic()
-    healthy = run_scenario("healthy_30d", days("healthy_30d"), resolution_s=args.resolution, step_s=args.step)
-    noisy = {key.split("/")[0] for key in healthy.episodes(ARTICLES)}
-    span = (healthy.history.end - healthy.history.start) / 86400
-    print(f"healthy_30d: {span:.0f} healthy days, {healthy.history.samples} samples, {healthy.wall_s:.0f}s")
-    print(f"  ours:     {sum(healthy.episodes(OURS).values())} alerts {healthy.episodes(OURS) or ''}")
-    print(f"  articles: {sum(healthy.episodes(ARTICLES).values())} alerts {healthy.episodes(ARTICLES)}")
+    noisy: set[str] = set()
+    false_alerts = warning_episodes = 0
+    for name in library.healthy():
+        for offset in library.HEALTHY_SEED_OFFSETS:
+            seed = library.SCENARIOS[name].seed + offset
+            healthy = run_scenario(name, days(name), seed=seed, resolution_s=args.resolution, step_s=args.step)
+            noisy |= {key.split("/")[0] for key in healthy.episodes(ARTICLES)}
+            span = (healthy.history.end - healthy.history.start) / 86400
+            warnings = healthy.severity_episodes(OURS, "warning")
+            criticals = healthy.severity_episodes(OURS, "critical")
+            false_alerts += warnings + criticals
+            warning_episodes += warnings
+            print(
+                f"{name} seed {seed}: {span:.0f} healthy days, {healthy.history.samples} samples, {healthy.wall_s:.0f}s"
+            )
+            print(f"  ours:     {warnings} warning and {criticals} critical episodes {healthy.episodes(OURS) or ''}")
+            print(f"  articles: {sum(healthy.episodes(ARTICLES).values())} alerts {healthy.episodes(ARTICLES)}")
 
     figures = {}
     for name, scenario in library.SCENARIOS.items():
-        if name == "healthy_30d":
+        if name in library.healthy():
             continue
         outcome = run_scenario(name, days(name), resolution_s=args.resolution, step_s=args.step)
         ours = outcome.first(OURS)
         print(f"{name} ({outcome.wall_s:.0f}s): {scenario.title}")
         line = f"  ours:     {_fmt(ours)}"
+        if ours:
+            line += f" after {outcome.requests_after_leak(ours[0]):.0f} leaking requests"
         used = outcome.headroom_used(ours[0]) if ours and any(leak.target == "gpu" for leak in scenario.leaks) else None
         if used is not None:
             line += f" ({used:.0%} of the GPU headroom used)"
@@ -163,15 +206,46 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  articles (min after leak start): {_article_firsts(outcome, noisy)}")
         figures[name] = (ours, used)
 
+    # GPU leaks starting at every hour of the day: detection counted in requests served.
+    leak_requests: list[float] = []
+    missed = []
+    hours = QUICK_LEAK_HOURS if args.quick else library.LEAK_HOURS
+    sizes = library.LEAK_SIZES_MB[:1] if args.quick else library.LEAK_SIZES_MB
+    seeds = library.LEAK_SEEDS[:1] if args.quick else library.LEAK_SEEDS
+    for size in sizes:
+        for hour in hours:
+            for seed in seeds:
+                scenario = library.leak_at_hour(hour, size, seed)
+                outcome = run_scenario(scenario.name, scenario=scenario, resolution_s=args.resolution, step_s=args.step)
+                ours = outcome.first(OURS)
+                fired = [r.rule.key for r in outcome.alerts(OURS) if r.fired]
+                if ours is None:
+                    missed.append(f"{scenario.name} seed {seed}")
+                    print(f"{scenario.name} seed {seed}: none fired")
+                    continue
+                served = outcome.requests_after_leak(ours[0])
+                leak_requests.append(served)
+                print(
+                    f"{scenario.name} seed {seed}: {_fmt(ours)} after {served:.0f} leaking requests; "
+                    f"fired: {', '.join(fired)}; early: {', '.join(outcome.early(OURS)) or '-'}"
+                )
+    if leak_requests:
+        print(
+            f"GPU leaks at any hour: {len(leak_requests)} caught, {len(missed)} missed; leaking requests "
+            f"to the first alert p50={percentile(leak_requests, 0.5):.0f} p90={percentile(leak_requests, 0.9):.0f} "
+            f"max={max(leak_requests):.0f} (target <= {library.LEAK_REQUEST_TARGET})"
+        )
+
     def minutes(name: str) -> str:
         first = figures.get(name, (None, None))[0]
         return "none" if first is None else f"{first[0] / 60:.0f}"
 
+    p90 = "none" if missed or not leak_requests else f"{percentile(leak_requests, 0.9):.0f}"
     print(f"(* fires in the healthy history too.) bench-detection took {time.monotonic() - started:.0f}s")
     print(
         f"detection: article_a_vllm_min={minutes('article_a_vllm')} slow_leak_min={minutes('slow_leak')} "
         f"worker_rss_min={minutes('worker_rss_high_traffic')} "
-        f"healthy_false_alerts={sum(healthy.episodes(OURS).values())}"
+        f"healthy_false_alerts={false_alerts} healthy_warning_episodes={warning_episodes} leak_requests_p90={p90}"
     )
     sys.stdout.flush()
     return 0

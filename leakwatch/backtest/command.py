@@ -67,8 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lookback",
         default="auto",
-        help="query lookback; auto = 1.5 x the data's scrape interval, which stands in for the "
-        "staleness markers an export loses",
+        help="query lookback; auto = 1.5 x the slowest job's scrape interval, which stands in for "
+        "the staleness markers an export loses (a warning says when jobs differ)",
+    )
+    parser.add_argument(
+        "--leak-start",
+        metavar="TIME",
+        help="with --openmetrics or --prometheus: when the leak started (ISO 8601 or Unix seconds); "
+        "detection times are counted from it",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the TSDB and intermediate files in DIR")
@@ -99,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<26} {scenario.days:>5g} d  {scenario.title}")
         return 0
     files = rule_files(args)
+    leak_start = None
+    if args.leak_start is not None:
+        if args.scenario:
+            raise LeakwatchError("--leak-start is for --openmetrics and --prometheus; a scenario knows its leak start")
+        leak_start = parse_time(args.leak_start, "--leak-start")
     step = parse_duration(args.step)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="leakwatch-backtest-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +124,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
             history = sources.from_prometheus(args.prometheus, start, end, files, workdir, args.match)
-        lookback = 1.5 * history.interval_s if args.lookback == "auto" else parse_duration(args.lookback)
+        if leak_start is not None:
+            if not history.start <= leak_start <= history.end:
+                raise LeakwatchError(
+                    f"--leak-start {report.utc(leak_start)} is outside the history "
+                    f"({report.utc(history.start)} .. {report.utc(history.end)})"
+                )
+            history.leak_start = leak_start
+        if args.lookback == "auto":
+            lookback, warning = history.auto_lookback()
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr)
+        else:
+            lookback = parse_duration(args.lookback)
         backtest = Backtest(workdir, step_s=step, lookback_s=lookback)
         backtest.load(history.files)
         result = backtest.run(files, history.start, history.end)

@@ -6,6 +6,12 @@ restarted to load them. Alerting expressions are then range-queried and Promethe
 firing state machine (`for:`) is applied in Python, exactly as the rule manager applies it at each
 evaluation: a label set present in the result becomes pending at that evaluation, fires once it has
 been present for `for:`, and a pending alert that misses one evaluation starts over.
+
+Alerts with hysteresis (`<condition> # leakwatch: keeps firing while / or (<hold>) and ... ALERTS{...}`,
+as leakwatch.rules.alerts writes them) read their own ALERTS series, which a range query cannot
+see: both parts are range-queried and an alert keeps firing at an evaluation where its condition
+is gone but the hold holds, as the rule manager's ALERTS series (written at the evaluation before)
+makes it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import yaml
 from ..catalogue import metric_names
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
+from ..rules.alerts import KEEP_FIRING_MARKER
 from ..rules.thresholds import parse_duration
 from .openmetrics import BlockFiles, write_matrix
 from .tsdb import TSDBServer, create_blocks
@@ -140,29 +147,58 @@ def _key(labels: dict) -> tuple:
     return tuple(sorted(labels.items()))
 
 
-def evaluate_alert(api: Prometheus, rule: AlertRule, start: float, end: float, step: float) -> AlertResult:
+def split_hysteresis(expr: str) -> tuple[str, str | None]:
+    """(condition, hold) of an alert expression; hold is None without hysteresis."""
+    if KEEP_FIRING_MARKER not in expr:
+        return expr, None
+    condition, rest = expr.split(f"\n{KEEP_FIRING_MARKER}\n", 1)
+    if not rest.startswith("or (\n") or "\n) and ignoring (" not in rest:
+        raise LeakwatchError(f"cannot read the hysteresis of {expr!r}")
+    hold = rest[len("or (\n") : rest.rindex("\n) and ignoring (")]
+    return condition, hold
+
+
+def _presence(
+    api: Prometheus, rule: AlertRule, expr: str, start: float, end: float, step: float
+) -> dict[tuple, set[int]]:
     present: dict[tuple, set[int]] = {}
     for s, e in chunks(start, end, step):
-        for item in api.query_range(rule.expr, s, e, step):
+        for item in api.query_range(expr, s, e, step):
             labels = {k: v for k, v in item["metric"].items() if k != "__name__"}
             labels.update(rule.labels)
             labels["alertname"] = rule.name
             idx = present.setdefault(_key(labels), set())
             for ts, _ in item["values"]:
                 idx.add(round((float(ts) - start) / step))
-    return AlertResult(rule, apply_for(present, rule.for_s, start, end, step))
+    return present
 
 
-def apply_for(present: dict[tuple, set[int]], for_s: float, start: float, end: float, step: float) -> list[Episode]:
-    """Prometheus's alert state machine over evaluations at start + k * step."""
+def evaluate_alert(api: Prometheus, rule: AlertRule, start: float, end: float, step: float) -> AlertResult:
+    condition, hold = split_hysteresis(rule.expr)
+    present = _presence(api, rule, condition, start, end, step)
+    held = _presence(api, rule, hold, start, end, step) if hold else None
+    return AlertResult(rule, apply_for(present, rule.for_s, start, end, step, held))
+
+
+def apply_for(
+    present: dict[tuple, set[int]],
+    for_s: float,
+    start: float,
+    end: float,
+    step: float,
+    held: dict[tuple, set[int]] | None = None,
+) -> list[Episode]:
+    """Prometheus's alert state machine over evaluations at start + k * step. `held`: where the
+    hysteresis expression holds; a firing alert stays active there."""
     episodes: list[Episode] = []
     last = round((end - start) / step)
     for key, indices in present.items():
         labels = dict(key)
+        hold = (held or {}).get(key, set())
         current: Episode | None = None
         for k in range(min(indices), last + 1) if indices else ():
             ts = start + k * step
-            if k in indices:
+            if k in indices or (current is not None and current.firing_at is not None and k in hold):
                 if current is None:
                     current = Episode(labels, pending_at=ts)
                     episodes.append(current)

@@ -11,13 +11,17 @@ first long request, a new batch shape) must not page:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import profiles as model_profiles
 from ..heal import config as healer_config
 from .promql import by, fill
 from .recording import Context
 from .thresholds import MIB, format_duration, number
+
+# The line between an alert's own condition and the one that keeps it firing (the backtester
+# splits expressions there to replay the hysteresis; Prometheus reads it as a comment).
+KEEP_FIRING_MARKER = "# leakwatch: keeps firing while"
 
 # vLLM's default --gpu-memory-utilization, used when no GPU profile sets one.
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -32,6 +36,11 @@ class Alert:
     summary: str
     description: str
     remediate: bool = False
+    # Hysteresis: once firing, the alert stays firing while this (looser) expression holds, so a
+    # leak that keeps leaking does not flap when its rate dips under a threshold between an
+    # allocator's segments or at night. keep_firing_for does not exist in Debian's Prometheus 2.42,
+    # so the expression reads the alert's own ALERTS series (written at each evaluation).
+    keep_firing_while: str | None = None
 
     def rule(self, runbook_url: str) -> dict:
         labels = {"severity": self.severity}
@@ -39,9 +48,16 @@ class Alert:
             # The label the healer acts on (config/healer.yaml), so rules and healer cannot drift.
             policy = healer_config.load()
             labels[policy.label_name] = policy.label_value
+        expr = self.expr
+        if self.keep_firing_while:
+            own = f'ALERTS{{alertname="{self.name}", alertstate="firing", severity="{self.severity}"}}'
+            expr = (
+                f"{expr}\n{KEEP_FIRING_MARKER}\nor (\n{self.keep_firing_while}\n)"
+                f" and ignoring (alertname, alertstate, {', '.join(labels)}) {own}"
+            )
         return {
             "alert": self.name,
-            "expr": self.expr,
+            "expr": expr,
             "for": self.for_,
             "labels": labels,
             "annotations": {
@@ -52,18 +68,48 @@ class Alert:
         }
 
 
-def preallocated_share() -> float:
-    """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
-    shares = []
+def profile_shares() -> list[float]:
+    """The gpu_memory_utilization of each GPU profile (vLLM's default where one sets none), sorted."""
+    shares = set()
     for name in model_profiles.available():
         profile = model_profiles.load(name)
         if profile.needs_gpu:
-            shares.append(float(profile.vllm.get("gpu_memory_utilization") or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
-    return max(shares, default=VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+            shares.add(float(profile.vllm.get("gpu_memory_utilization") or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+    return sorted(shares) or [VLLM_DEFAULT_GPU_MEMORY_UTILIZATION]
+
+
+def preallocated_share() -> float:
+    """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
+    return max(profile_shares())
+
+
+def utilization_label(share: float) -> str:
+    """gpu_memory_utilization as vLLM's vllm:cache_config_info label writes it (Python's str())."""
+    return str(float(share))
 
 
 def _growing(rate_series: str, min_rate: float) -> str:
     return f"({rate_series} > {number(min_rate)})"
+
+
+def _still_leaking(ctx: Context, sec, value: str, low_growths: list[str], released: str, restarted: str) -> str:
+    """Hysteresis for a firing leak alert: its figure (`value`, so the notification still says what
+    the alert measures) while the lows still rise over any of the given windows, the memory gave
+    nothing back, and vLLM was not restarted."""
+    rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
+    return (
+        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+        f"unless {ctx.on_host()} {restarted}"
+    )
+
+
+def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
+    """The lows rose across the window, and (for windows shorter than a release period) the memory
+    gave nothing back lately: a sawtooth of creep and release is not a leak."""
+    text = f"and {on}({low_growth} > {number(sec.num('lows_min_growth_mib') * MIB)})\n"
+    if released:
+        text += f"unless {on}({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+    return text
 
 
 CARD = "GPU {{ $labels.gpu }} ({{ $labels.modelName }}) on {{ $labels.Hostname }}"
@@ -75,18 +121,37 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     util = preallocated_share()
     alerts = []
 
+    # Each vLLM's own gpu_memory_utilization sets the threshold: vLLM reports it as a label of
+    # vllm:cache_config_info, and each profile's value gets a branch; a vLLM reporting another
+    # value (or none) is judged by the highest profile's.
+    shares = profile_shares()
+    ctx.vllm("vllm:cache_config_info")
     for severity, key in (("warning", "level_warning_headroom_share"), ("critical", "level_critical_headroom_share")):
-        share = util + g.num(key) * (1 - util)
+
+        def level(u, key=key):
+            return number(round(u + g.num(key) * (1 - u), 4))
+
+        branches = [
+            f"({ctx.gpu_used} / {ctx.gpu_total} > {level(u)}\n"
+            f"  and {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization={utilization_label(u)!r}'.replace(chr(39), chr(34)))})"
+            for u in shares
+        ]
+        known = "|".join(utilization_label(u).replace(".", "\\\\.") for u in shares)
+        branches.append(
+            f"({ctx.gpu_used} / {ctx.gpu_total} > {level(util)}\n"
+            f"  unless {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization=~{chr(34)}{known}{chr(34)}')})"
+        )
         alerts.append(
             Alert(
                 "GPUMemoryHigh",
                 severity,
-                f"{ctx.gpu_used} / {ctx.gpu_total} > {number(round(share, 4))}",
+                "\nor ".join(branches),
                 g.dur("level_for"),
                 "A GPU's memory is close to full, beyond what vLLM preallocated.",
                 fill(
-                    f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates <util> of the "
-                    "card at start-up; this alert fires when <used> of the headroom above that is gone.",
+                    f"{CARD} is {{{{ $value | humanizePercentage }}}} full. vLLM preallocates its "
+                    "gpu_memory_utilization of the card at start-up (<util> where it reports none of the "
+                    "profiles' values); this alert fires when <used> of the headroom above that is gone.",
                     util=f"{util:.0%}",
                     used=f"{g.num(key):.0%}",
                 ),
@@ -105,7 +170,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-            f"unless {ctx.on_host()} {restarted}",
+            + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
+            + f"unless {ctx.on_host()} {restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
             fill(
@@ -121,7 +187,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "critical",
             f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
             f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            f"unless {ctx.on_host()} {restarted}",
+            + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
+            + f"unless {ctx.on_host()} {restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
             f"{CARD} keeps growing and is full in {{{{ $value | humanizeDuration }}}} at the rate of the last "
@@ -141,7 +208,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
-            f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
+            + _net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
+            + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
             g.dur("slow_for"),
             "A GPU's memory grows slowly but steadily with the requests served.",
             fill(
@@ -160,7 +228,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-            f"unless {ctx.on_host()} {restarted}",
+            + _net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
+            + f"unless {ctx.on_host()} {restarted}",
             g.dur("fast_for"),
             "A vLLM process's GPU memory grows with every request.",
             fill(
@@ -178,6 +247,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
             f"and on (instance, job, gpu) "
             f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+            + _net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
+            + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
             f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
             g.dur("retention_for"),
             "GPU memory taken during requests is not given back, and it accumulates.",
@@ -191,7 +262,43 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ),
         )
     )
-    return alerts
+    card_lows = [ctx.gpu_low_growth_fast, ctx.gpu_low_growth_slow]
+    keep = {
+        ("GPUMemoryLeakSuspected", "warning"): _still_leaking(
+            ctx,
+            g,
+            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            card_lows,
+            ctx.gpu_released,
+            restarted,
+        ),
+        # (The critical twins have none: the healer acts on their first firing.)
+        ("GPUMemoryGrowthPerRequest", "warning"): _still_leaking(
+            ctx,
+            g,
+            f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}",
+            [ctx.gpu_low_growth_slow],
+            ctx.gpu_released,
+            ctx.restarted_within(slow_s, "gpu"),
+        ),
+        ("GPUProcessMemoryLeak", "warning"): _still_leaking(
+            ctx,
+            g,
+            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            [ctx.gpu_process_low_growth],
+            ctx.gpu_process_released,
+            restarted,
+        ),
+        ("VRAMRetentionHigh", "warning"): _still_leaking(
+            ctx,
+            g,
+            ctx.exporter("leakwatch_vram_retention_ratio"),
+            [ctx.gpu_retained_low_growth],
+            ctx.gpu_retained_released,
+            ctx.restarted_within(g.seconds("retention_window"), "gpu"),
+        ),
+    }
+    return [replace(a, keep_firing_while=keep.get((a.name, a.severity))) for a in alerts]
 
 
 def host_alerts(ctx: Context) -> list[Alert]:
@@ -213,7 +320,8 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"and {growing}\n"
             f"and {above_baseline}\n"
             f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
-            f"unless {ctx.on_host()} {restarted}",
+            + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
+            + f"unless {ctx.on_host()} {restarted}",
             h.dur("leak_for"),
             "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
             fill(
@@ -231,7 +339,8 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
             f"and {growing}\n"
             f"and {above_baseline}\n"
-            f"unless {ctx.on_host()} {restarted}",
+            + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
+            + f"unless {ctx.on_host()} {restarted}",
             h.dur("leak_for"),
             "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
             f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
@@ -240,6 +349,9 @@ def host_alerts(ctx: Context) -> list[Alert]:
             remediate=True,
         )
     )
+    per_request = f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}"
+    still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
+    alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
     alerts.append(
         Alert(

@@ -45,14 +45,19 @@ class Context:
     # -- windows -------------------------------------------------------------------------------
 
     def restarted_within(self, window_s: float, warmup: str) -> str:
-        """Non-empty while the window (plus the warm-up) reaches back to a vLLM (re)start: the
-        process is younger than that, or its start time changed within it."""
+        """Non-empty while the window (plus the warm-up) reaches back to a vLLM (re)start: our
+        exporter counted a restart within it, its post-warm-up baseline is younger than that, or
+        there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
+        process_start_time_seconds does not (multi-API-server mode serves no process_* series)."""
         span_s = window_s + self.t.warmup_s(warmup)
         span = format_duration(span_s)
-        started = self.vllm("process_start_time_seconds")
+        restarts = self.exporter("leakwatch_vllm_restarts_total")
+        baseline = self.exporter("leakwatch_baseline_timestamp_seconds")
+        ready = self.exporter("leakwatch_baseline_ready")
         return (
-            f"((sum {self.by_host()} (changes({started}[{span}])) > 0)"
-            f" or (min {self.by_host()} (time() - {started}) < {number(span_s)}))"
+            f"((sum {self.by_host()} (changes({restarts}[{span}])) > 0)"
+            f" or (min {self.by_host()} (time() - {baseline}) < {number(span_s)})"
+            f" or (max {self.by_host()} ({ready}) == 0))"
         )
 
     # -- recorded series -----------------------------------------------------------------------
@@ -88,6 +93,42 @@ class Context:
         slices = self.t.section(section).slices(slices_key)
         return f"quantile_over_time({q}, {slopes})\nand count_over_time({slopes}) >= {slices}"
 
+    def low_growth_name(self, series: str, section: str, window_key: str) -> str:
+        window = self.t.section(section).dur(window_key)
+        return f"{series}:low_growth_{window}"
+
+    def low_growth_expr(self, source: str, section: str, window_key: str, consecutive: bool = False) -> str:
+        """Net growth across the rises and falls of a window, from the lows of its thirds. Memory
+        that creeps and is released (a cache on a timer, a GC, an allocator trimming its pool)
+        returns to the same lows, however steep each rise; a leak raises them. Offsets count back
+        from each evaluation, so no slice grid is involved.
+        Plain: the low of the last third minus the low of the first. Consecutive: twice the smaller
+        of the two rises between neighbouring thirds, so a release in any third (a sawtooth of up to
+        two thirds' period) or a one-time step (one rise only) keeps it low."""
+        sec = self.t.section(section)
+        third = sec.dur(window_key, 1 / 3)
+        lows = [
+            f"min_over_time({source}[{third}]{f' offset {sec.dur(window_key, k / 3)}' if k else ''})" for k in range(3)
+        ]
+        if not consecutive:
+            return f"{lows[0]}\n- {lows[2]}"
+        newer, older = f"({lows[0]} - {lows[1]})", f"({lows[1]} - {lows[2]})"
+        return f"2 * (\n  {newer}\n  <= {older}\n  or {older}\n)"
+
+    def released_name(self, series: str, section: str, slices_key: str, window_key: str) -> str:
+        lookback = self.t.section(section).dur("release_lookback")
+        piece = self.t.section(section).dur(window_key, 1 / self.t.section(section).slices(slices_key))
+        return f"{series}:fall{piece}_max_{lookback}"
+
+    def released_expr(self, source: str, section: str, slices_key: str, window_key: str) -> str:
+        """The largest fall within one slice over the release lookback: memory that was given back
+        recently is a cache or a heap that releases, and its next rise is not a leak's growth."""
+        sec = self.t.section(section)
+        lookback = sec.dur("release_lookback")
+        n = sec.slices(slices_key)
+        piece, half = sec.dur(window_key, 1 / n), sec.dur(window_key, 0.5 / n)
+        return f"max_over_time((max_over_time({source}[{piece}]) - {source})[{lookback}:{half}])"
+
     @property
     def gpu_fast(self) -> str:
         return self.slice_rate_name(self.gpu_used, "gpu", "fast_window", "fast_slices")
@@ -103,6 +144,42 @@ class Context:
     @property
     def gpu_retained(self) -> str:
         return self.slice_rate_name("leakwatch:gpu_memory_growth_bytes", "gpu", "retention_window", "retention_slices")
+
+    @property
+    def gpu_low_growth_fast(self) -> str:
+        return self.low_growth_name(self.gpu_used, "gpu", "fast_window")
+
+    @property
+    def gpu_low_growth_slow(self) -> str:
+        return self.low_growth_name(self.gpu_used, "gpu", "slow_window")
+
+    @property
+    def gpu_released(self) -> str:
+        return self.released_name(self.gpu_used, "gpu", "fast_slices", "fast_window")
+
+    @property
+    def gpu_process_low_growth(self) -> str:
+        return self.low_growth_name("leakwatch:gpu_process_memory_bytes", "gpu", "fast_window")
+
+    @property
+    def gpu_process_released(self) -> str:
+        return self.released_name("leakwatch:gpu_process_memory_bytes", "gpu", "fast_slices", "fast_window")
+
+    @property
+    def gpu_retained_low_growth(self) -> str:
+        return self.low_growth_name("leakwatch:gpu_memory_growth_bytes", "gpu", "retention_window")
+
+    @property
+    def gpu_retained_released(self) -> str:
+        return self.released_name("leakwatch:gpu_memory_growth_bytes", "gpu", "retention_slices", "retention_window")
+
+    @property
+    def process_memory_low_growth(self) -> str:
+        return self.low_growth_name(self.process_memory, "host", "leak_window")
+
+    @property
+    def process_memory_released(self) -> str:
+        return self.released_name(self.process_memory, "host", "leak_slices", "leak_window")
 
     @property
     def process_memory_deriv(self) -> str:
@@ -162,6 +239,22 @@ def recording_rules(ctx: Context) -> list[dict]:
             ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", "retention_slices"
         ),
     )
+    # Net growth of the lows and recent releases (see low_growth_expr / released_expr).
+    gpu_process = ctx.exporter("leakwatch_gpu_process_memory_bytes")
+    record(ctx.gpu_process_low_growth, ctx.low_growth_expr(gpu_process, "gpu", "fast_window"))
+    record(ctx.gpu_process_released, ctx.released_expr(gpu_process, "gpu", "fast_slices", "fast_window"))
+    record(
+        ctx.gpu_retained_low_growth,
+        ctx.low_growth_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_window", consecutive=True
+        ),
+    )
+    record(
+        ctx.gpu_retained_released,
+        ctx.released_expr(
+            ctx.exporter("leakwatch_gpu_memory_growth_bytes"), "gpu", "retention_slices", "retention_window"
+        ),
+    )
     record(
         ctx.series_deriv,
         ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"),
@@ -195,4 +288,11 @@ def recording_rules(ctx: Context) -> list[dict]:
         (ctx.swap_deriv, ctx.swap_used, "host", "swap_window", "swap_slices"),
     ):
         record(name, ctx.slice_rate_expr(series, section, window, slices))
+    record(ctx.gpu_low_growth_fast, ctx.low_growth_expr(ctx.gpu_used, "gpu", "fast_window"))
+    record(ctx.gpu_low_growth_slow, ctx.low_growth_expr(ctx.gpu_used, "gpu", "slow_window", consecutive=True))
+    record(ctx.gpu_released, ctx.released_expr(ctx.gpu_used, "gpu", "fast_slices", "fast_window"))
+    record(
+        ctx.process_memory_low_growth, ctx.low_growth_expr(ctx.process_memory, "host", "leak_window", consecutive=True)
+    )
+    record(ctx.process_memory_released, ctx.released_expr(ctx.process_memory, "host", "leak_slices", "leak_window"))
     return rules

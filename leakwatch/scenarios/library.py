@@ -113,11 +113,89 @@ def _scenarios() -> dict[str, Scenario]:
                 note="Nothing leaks. Every restart brings the warm-up and the allocator steps of the first long "
                 "requests back; bursts of long-context requests swing the KV cache to ~90 %.",
             ),
+            Scenario(
+                "healthy_sawtooth",
+                "30 healthy days of release-and-creep: memory grows with traffic and is released every 2 h",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                traffic=replace(PRODUCTION_DAY, bursts_per_day=3.0),
+                daily_restart_hour=4.0,
+                seed=41,
+                noise=Noise(
+                    sawtooth_period_s=7200,
+                    sawtooth_mib_per_request={"gpu": 3.0, "worker": 1.0, "api_server": 0.5},
+                    sawtooth_cap_mib=192.0,
+                    sawtooth_segment_mib=20.0,
+                ),
+                note="Inside one rising phase every slice grows by 3 MiB per request, like article A's leak; across "
+                "releases nothing is gained. DCGM sees the creep as 20 MiB segments.",
+            ),
+            Scenario(
+                "healthy_sawtooth_fast",
+                "30 healthy days of a short sawtooth: a cache trimmed every 25 min, 2 MiB readings",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                daily_restart_hour=4.0,
+                seed=43,
+                noise=Noise(
+                    sawtooth_period_s=1500,
+                    sawtooth_mib_per_request={"gpu": 4.0, "engine_core": 2.0},
+                    sawtooth_cap_mib=96.0,
+                    sawtooth_segment_mib=2.0,
+                ),
+            ),
+            Scenario(
+                "healthy_step_clumped",
+                "30 healthy days with clumped arrivals and one persistent step (an adapter loaded) on day 3",
+                days=30.0,
+                gpu=JANEWAY_4090D,
+                traffic=replace(PRODUCTION_DAY, clump_size=8, bursts_per_day=2.0),
+                seed=47,
+                noise=Noise(
+                    step_at_s=(2 * 24 + 13.7) * 3600,
+                    step_mib={"gpu": 640.0, "worker": 384.0, "api_server": 96.0},
+                    sawtooth_period_s=6 * 3600,
+                    sawtooth_mib_per_request={"worker": 0.5},
+                    sawtooth_cap_mib=64.0,
+                ),
+                note="Requests come eight at a time; the step stays for the rest of the month (no daily restart).",
+            ),
         )
     }
 
 
 SCENARIOS = _scenarios()
+
+# The bench runs every healthy scenario with its own seed and these offsets to it.
+HEALTHY_SEED_OFFSETS = (0, 1)
+# GPU leaks that must be flagged within LEAK_REQUEST_TARGET leaking requests, whenever they start.
+LEAK_HOURS = (0.0, 3.0, 6.0, 10.0, 15.0, 20.0)
+LEAK_SIZES_MB = (2.0, 3.0)
+LEAK_SEEDS = (1, 2)
+LEAK_REQUEST_TARGET = 150
+
+
+def healthy() -> list[str]:
+    return [name for name, scenario in SCENARIOS.items() if not scenario.leaking]
+
+
+def leak_at_hour(hour: float, mb_per_request: float, seed: int = 1) -> Scenario:
+    """A GPU leak of `mb_per_request` starting at `hour` (UTC) on the first day it can, at least
+    two hours after vLLM started; its 20 MiB allocator segments show on DCGM as a staircase."""
+    start_s = ((hour - JANEWAY_DAY_START_HOUR) % 24) * 3600
+    if start_s < 2 * 3600:
+        start_s += 86400
+    return Scenario(
+        f"gpu_leak_{mb_per_request:g}mb_at_{hour:02.0f}h",
+        f"A GPU leak of {mb_per_request:g} MB per request starting at {hour:02.0f}:00 UTC, ~1000 requests a day",
+        days=(start_s + 14 * 3600) / 86400,
+        gpu=JANEWAY_4090D,
+        leaks=(Leak("gpu", mb_per_request * MB, start_s=start_s, segment_mib=20.0),),
+        seed=seed,
+    )
+
+
+JANEWAY_DAY_START_HOUR = Scenario("x", "x", 1.0).start_hour
 
 
 def get(name: str, days: float | None = None, seed: int | None = None) -> Scenario:

@@ -37,6 +37,9 @@ class Traffic:
     burst_concurrency: float = 6.0
     burst_prompt_tokens: int = 1400
     error_share: float = 0.002  # HTTP 5xx (client disconnects count as aborts, not errors)
+    # Clumped arrivals: requests come in clumps of this many at once (a batch job, a retrying
+    # client), so a window's request count jumps in steps; 1 is plain Poisson arrivals.
+    clump_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Leak:
     bytes_per_request: float
     to_swap: bool = False  # leaked pages go cold and are swapped out: RSS looks flat
     start_s: float = 0.0
+    # PyTorch's caching allocator reserves memory in segments: a GPU leak shows on DCGM as a
+    # staircase of this many MiB (0: every leaked byte shows at once).
+    segment_mib: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,18 @@ class Noise:
     host_event_mib: tuple[float, float] = (1.0, 16.0)
     host_event_cap_mib: float = 48.0
     host_jitter_mib: float = 1.0
+    # Release-and-creep sawtooth (a cache released on a timer, a GC, an allocator trimming its pool):
+    # memory creeps up with every request served and falls back to the plateau every period. Per
+    # target ("gpu" or a role); the GPU's creep shows on DCGM in segments of `sawtooth_segment_mib`
+    # (readings change only when a segment is reserved or released).
+    sawtooth_period_s: float = 0.0  # 0: no sawtooth
+    sawtooth_mib_per_request: dict = field(default_factory=dict)
+    sawtooth_cap_mib: float = 256.0  # the cache is bounded: creep stops there until the release
+    sawtooth_segment_mib: float = 2.0
+    # A one-time persistent step days into the run (an adapter loaded, a larger batch shape
+    # compiled): this many MiB per target from `step_at_s` on, kept across restarts.
+    step_at_s: float = 0.0  # 0: no step
+    step_mib: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Turns a Scenario into the samples Prometheus would have scraped: vLLM's /metrics, DCGM, node
-exporter and `leakwatch exporter` (computed the way the exporter's contract describes: baseline after
-warm-up, growth, growth per request, retention after each burst), one scrape per tick.
+exporter and `leakwatch exporter` (its baseline, growth, growth per request, retention and restart
+count from the exporter's own leakwatch/exporter/derived.py, fed what it would sample), one scrape
+per tick.
 
 Deterministic for a scenario's seed. vLLM's own series vanish while it restarts (Prometheus sees
 `up == 0`), its counters restart from zero, and the exporter re-takes its baseline.
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 # vLLM's histogram edges: one definition, the load generator's (tests check it against vLLM's /metrics).
+from ..exporter.derived import DerivedState, Sample
+from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from .model import GIB, MIB, ROLES, Scenario
 
@@ -45,6 +48,22 @@ class SimulationResult:
     events: list[tuple[float, str]] = field(default_factory=list)
     gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
     gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)  # card 0, each tick
+    # Requests finished since the scenario started (across restarts), each tick: detection is
+    # also measured in requests served after the leak start.
+    requests_served: list[tuple[float, float]] = field(default_factory=list)
+
+    def requests_between(self, since: float, until: float) -> float:
+        """Requests finished in (since, until]."""
+
+        def at(ts: float) -> float:
+            served = 0.0
+            for t, total in self.requests_served:
+                if t > ts:
+                    break
+                served = total
+            return served
+
+        return at(until) - at(since)
 
 
 _series_cache: dict = {}
@@ -141,6 +160,13 @@ class Simulator:
         self.burst_until = -1.0
         self.next_burst = self._next_burst(self.start)
         self.wander_phase = self.rng.uniform(0, 2 * math.pi)
+        # The release timer runs from an arbitrary moment, not from the hour.
+        period = scenario.noise.sawtooth_period_s
+        self.sawtooth_phase = self.rng.uniform(0, period) if period else 0.0
+        self.total_served = 0.0
+        # The exporter's own derived-state code (baseline, retention, restarts), fed what it would
+        # sample, so the backtester judges the rules against the exporter we ship.
+        self.derived = DerivedState(warmup_requests=scenario.warmup_requests)
         self._start_process(self.start, "vLLM starts")
         self.restarts = 0
 
@@ -206,9 +232,7 @@ class Simulator:
         self.gpu_steps_done = 0
         self.gpu_warm = False
         self.long_seen = 0
-        self.baseline = None
-        self.retention: dict = {}
-        self.burst_state: dict = {}
+        self.sawtooth = {target: 0.0 for target in self.sc.noise.sawtooth_mib_per_request}  # MiB
 
     def _next_burst(self, t: float) -> float:
         per_day = self.sc.traffic.bursts_per_day
@@ -261,7 +285,8 @@ class Simulator:
                 self.next_burst = self._next_burst(t)
             in_burst = t < self.burst_until
             lam = self._rate(t) * dt + (self._burst_rate() * dt if in_burst else 0.0)
-            n = poisson(rng, lam)
+            clump = max(1, tr.clump_size)
+            n = clump * poisson(rng, lam / clump)
             long = sum(1 for _ in range(min(n, 200)) if rng.random() < tr.long_request_share)
             base_running = poisson(rng, self._rate(t) * mean_e2e)
             running = base_running + (tr.burst_concurrency if in_burst else 0)
@@ -271,6 +296,10 @@ class Simulator:
         add = samples.append
         leak_started = False
         gpu_used: list[float] = []
+        if ready:
+            self._sawtooth_step(t, n)
+        self.total_served += n
+        self.result.requests_served.append((t, self.total_served))
         if sc.gpu:
             gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
             leak_started |= leaked
@@ -290,7 +319,8 @@ class Simulator:
             warm = noise.host_warmup_mib.get(p.role, 0.0) * MIB * (1 - math.exp(-uptime / noise.host_warmup_tau_s))
             load = noise.host_per_running_kib.get(p.role, 0.0) * 1024 * running
             jitter = rng.uniform(-1, 1) * noise.host_jitter_mib * MIB
-            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter
+            shape = (self.sawtooth.get(p.role, 0.0) + self._step_mib(t, p.role)) * MIB
+            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter + shape
 
         rss_now = {(p.role, p.rank): rss(p) for p in self.procs}
         swap_now = {(p.role, p.rank): p.swap for p in self.procs}
@@ -347,6 +377,21 @@ class Simulator:
             add((self.tx("vllm:num_preemptions_total", labels), self.preemptions))
             for name, hist in self.hist.items():
                 samples.extend(hist.samples(name, labels))
+            if sc.gpu and sc.gpu.gpu_memory_utilization is not None:
+                # vLLM's CacheConfig as an info gauge (the labels are str() of its fields).
+                add(
+                    (
+                        self.tx(
+                            "vllm:cache_config_info",
+                            VLLM,
+                            "engine",
+                            "0",
+                            "gpu_memory_utilization",
+                            str(float(sc.gpu.gpu_memory_utilization)),
+                        ),
+                        1.0,
+                    )
+                )
             add((self.tx("process_start_time_seconds", VLLM), round(self.process_start, 2)))
             add((self.tx("process_resident_memory_bytes", VLLM), round(rss_now[("api_server", "")])))
             for gen in range(3):
@@ -367,8 +412,28 @@ class Simulator:
         add((self.tx("node_memory_SwapTotal_bytes", NODE), host.swap_total_bytes))
         add((self.tx("node_memory_SwapFree_bytes", NODE), round(swap_free)))
 
-        self._exporter(t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
+        self._exporter(t, add, ready, running + waiting, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
         return samples
+
+    def _sawtooth_step(self, t: float, n: int) -> None:
+        """Creep with the requests served; fall back to the plateau when the release timer fires."""
+        noise = self.sc.noise
+        period = noise.sawtooth_period_s
+        if not period:
+            return
+        since = t - self.start - self.sawtooth_phase
+        released = math.floor(since / period) != math.floor((since - self.dt) / period)
+        for target, per_request in noise.sawtooth_mib_per_request.items():
+            if released:
+                self.sawtooth[target] = 0.0
+            else:
+                self.sawtooth[target] = min(noise.sawtooth_cap_mib, self.sawtooth[target] + n * per_request)
+
+    def _step_mib(self, t: float, target: str) -> float:
+        noise = self.sc.noise
+        if noise.step_at_s and t - self.start >= noise.step_at_s:
+            return noise.step_mib.get(target, 0.0)
+        return 0.0
 
     def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
         """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
@@ -393,12 +458,21 @@ class Simulator:
                     leaked = True
             ready_used = g.ready_used_mib()
             if ready:
+                # DCGM sees reserved segments, not the bytes inside them.
+                saw = self.sawtooth.get("gpu", 0.0)
+                seg = noise.sawtooth_segment_mib
+                shown_saw = math.ceil(saw / seg) * seg if seg and saw else saw
+                segment = max((leak.segment_mib for leak in sc.leaks if leak.target == "gpu"), default=0.0)
+                leaked_mib = self.gpu_leaked[i]
+                shown_leak = math.ceil(leaked_mib / segment) * segment if segment and leaked_mib else leaked_mib
                 used = (
                     ready_used
                     + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
                     + sum(noise.gpu_plateau_mib[: self.gpu_steps_done])
                     + self.gpu_offset[i]
-                    + self.gpu_leaked[i]
+                    + shown_leak
+                    + shown_saw
+                    + self._step_mib(t, "gpu")
                 )
             else:
                 used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
@@ -473,7 +547,7 @@ class Simulator:
         self.hist["vllm:e2e_request_latency_seconds"].observe(e2e, weight)
         self.hist["vllm:inter_token_latency_seconds"].observe(itl, out_tokens * weight / len(itl))
 
-    def _exporter(self, t, add, ready, n, running, rss_now, swap_now, pss_now, cgroup_usage, gpu_used) -> None:
+    def _exporter(self, t, add, ready, in_flight, rss_now, swap_now, pss_now, cgroup_usage, gpu_used) -> None:
         """`leakwatch exporter`'s series, computed as its contract describes."""
         sc = self.sc
         add((self.tx("up", EXPORTER), 1.0))
@@ -502,7 +576,6 @@ class Simulator:
                         max(0.0, used - sc.gpu.idle_mib) * MIB,
                     )
                 )
-        add((self.tx("leakwatch_vllm_restarts_total", EXPORTER), float(self.restarts - 1)))
         add((self.tx("leakwatch_vllm_up", EXPORTER), 1.0 if ready else 0.0))
         if ready:
             hours = (t - self.ready_at) / 3600
@@ -514,54 +587,48 @@ class Simulator:
                 )
             )
 
-        host_by_role = {role: sum(rss_now[k] + swap_now[k] for k in rss_now if k[0] == role) for role in ROLES}
-        gpu_bytes = [u * MIB for u in gpu_used]
-        if ready and self.baseline is None and self.served >= sc.warmup_requests:
-            self.baseline = {"t": t, "served": self.served, "host": dict(host_by_role), "gpu": list(gpu_bytes)}
-        b = self.baseline
+        host_by_role = {role: round(sum(rss_now[k] + swap_now[k] for k in rss_now if k[0] == role)) for role in ROLES}
+        gpu_bytes = {str(i): round(u * MIB) for i, u in enumerate(gpu_used)}
+        self.derived.update(
+            Sample(
+                time=t,
+                # A new API server process each start: the exporter's restart signal.
+                identity=(1000 + self.restarts, round(self.process_start)),
+                vllm=VllmStats(series=0, requests_served=float(self.served), in_flight=float(in_flight))
+                if ready
+                else None,
+                healthy=ready,
+                host=host_by_role,
+                gpu=gpu_bytes or None,
+            )
+        )
+        add((self.tx("leakwatch_vllm_restarts_total", EXPORTER), float(self.derived.restarts)))
+        b = self.derived.baseline
         add((self.tx("leakwatch_baseline_ready", EXPORTER), 1.0 if (ready and b) else 0.0))
         if not (ready and b):
             return
-        since = self.served - b["served"]
-        add((self.tx("leakwatch_baseline_timestamp_seconds", EXPORTER), round(b["t"])))
+        since = self.served - b.requests
+        add((self.tx("leakwatch_baseline_timestamp_seconds", EXPORTER), round(b.time)))
         add((self.tx("leakwatch_requests_since_baseline", EXPORTER), float(since)))
-        busy = n > 0 or running > 0
+        ratios = self.derived.retention.ratios
         for role in ROLES:
             labels = self.labels("role", role)
-            growth = host_by_role[role] - b["host"][role]
-            add((self.tx("leakwatch_host_memory_baseline_bytes", labels), round(b["host"][role])))
-            add((self.tx("leakwatch_host_memory_growth_bytes", labels), round(growth)))
+            growth = host_by_role[role] - b.host[role]
+            add((self.tx("leakwatch_host_memory_baseline_bytes", labels), b.host[role]))
+            add((self.tx("leakwatch_host_memory_growth_bytes", labels), growth))
             if since:
                 add((self.tx("leakwatch_host_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
-            ratio = self._retention(("host", role), host_by_role[role], busy)
-            if ratio is not None:
-                add((self.tx("leakwatch_host_memory_retention_ratio", labels), ratio))
-        for i, used in enumerate(gpu_bytes):
-            labels = self.labels("exporter_gpu", i)
-            growth = used - b["gpu"][i]
-            add((self.tx("leakwatch_gpu_memory_baseline_bytes", labels), b["gpu"][i]))
+            if ("host", role) in ratios:
+                add((self.tx("leakwatch_host_memory_retention_ratio", labels), round(ratios[("host", role)], 3)))
+        for gpu, used in gpu_bytes.items():
+            labels = self.labels("exporter_gpu", int(gpu))
+            growth = used - b.gpu[gpu]
+            add((self.tx("leakwatch_gpu_memory_baseline_bytes", labels), b.gpu[gpu]))
             add((self.tx("leakwatch_gpu_memory_growth_bytes", labels), growth))
             if since:
                 add((self.tx("leakwatch_gpu_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
-            ratio = self._retention(("gpu", i), used, busy)
-            if ratio is not None:
-                add((self.tx("leakwatch_vram_retention_ratio", labels), ratio))
-
-    def _retention(self, key, value: float, busy: bool) -> float | None:
-        """After a burst of requests ends, the share of the memory gained during it still held."""
-        state = self.burst_state.setdefault(key, {"busy": False, "pre": value, "peak": value})
-        if busy and not state["busy"]:
-            state.update(busy=True, peak=value)
-        elif busy:
-            state["peak"] = max(state["peak"], value)
-        elif state["busy"]:
-            gain = state["peak"] - state["pre"]
-            if gain >= MIB:  # a burst that gained (almost) nothing says nothing about retention
-                self.retention[key] = round(min(1.0, max(0.0, (value - state["pre"]) / gain)), 3)
-            state.update(busy=False)
-        if not state["busy"]:
-            state["pre"] = value
-        return self.retention.get(key)
+            if ("gpu", gpu) in ratios:
+                add((self.tx("leakwatch_vram_retention_ratio", labels), round(ratios[("gpu", gpu)], 3)))
 
 
 def simulate(scenario: Scenario, sink: Sink, resolution_s: float = 60.0) -> SimulationResult:
