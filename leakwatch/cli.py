@@ -23,7 +23,7 @@ COMMANDS = {
         "inject a known leak into the real vLLM and prove detection, healing and estimate",
     ),
     "heal": ("leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"),
-    "plan": ("leakwatch.plan", "capacity of a model profile: weights, KV cache, concurrent sequences"),
+    "plan": ("leakwatch.capacity_command", "capacity of a model profile: weights, KV cache, concurrent sequences"),
     "convert-xglm": ("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
     "exporter": (
         "leakwatch.exporter.command",

@@ -16,7 +16,7 @@ from leakwatch.catalogue import dcgm_metrics, exporter_metrics
 from leakwatch.errors import LeakwatchError
 from leakwatch.paths import PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
 from leakwatch.rules import render_rules
-from leakwatch.rules.thresholds import parse_duration
+from leakwatch.rules.config import parse_duration
 
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml"))
@@ -239,7 +239,7 @@ def test_a_time_scale_that_leaves_windows_too_short_is_refused():
 @pytest.mark.parametrize("time_scale, host_labels", [(0.05, []), (1.0, ["cluster", "node"])])
 @pytest.mark.integration
 def test_drill_and_multi_host_renderings_pass_promtool(tmp_path, time_scale, host_labels):
-    from leakwatch.rules.thresholds import ALERTS_FILE
+    from leakwatch.rules.config import ALERTS_FILE
 
     raw = yaml.safe_load(ALERTS_FILE.read_text())
     raw["host_labels"] = host_labels

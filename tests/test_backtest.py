@@ -23,7 +23,7 @@ from leakwatch.backtest.engine import (
 from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
 from leakwatch.errors import LeakwatchError
 from leakwatch.paths import PROMETHEUS_DIR, RULES_DIR
-from leakwatch.rules.thresholds import parse_duration
+from leakwatch.rules.config import parse_duration
 
 from .promtool_series import expand, to_openmetrics
 

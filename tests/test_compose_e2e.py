@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from leakwatch.drill import plan as drill_plan
+from leakwatch.drill import config as drill_config
 from leakwatch.drill.compose_backend import write_override
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from leakwatch.paths import REPO_ROOT
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.compose, pytest.mark.slow, pytest.m
 
 VLLM = "vllm-demo"
 SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, "leakwatch-exporter-demo", "healer", PROXY_HOST]
-DRILL = drill_plan.load()
+DRILL = drill_config.load()
 # The vLLM container's memory use (cgroup v1 or v2), read inside it.
 CGROUP_USAGE = (
     "import pathlib; p = pathlib.Path('/sys/fs/cgroup/memory/memory.usage_in_bytes'); "

@@ -11,11 +11,11 @@ import psutil
 import pytest
 
 from leakwatch.drill import selfcheck
+from leakwatch.drill.config import LEAK_ALERT, load
 from leakwatch.drill.load import CpuHog
 from leakwatch.drill.phases import PhaseWatcher, RecoveryPhases
-from leakwatch.drill.plan import LEAK_ALERT, load
 from leakwatch.promapi import Prometheus
-from leakwatch.rules import thresholds
+from leakwatch.rules import config as alert_config
 
 from .prom_backfill import backfilled_prometheus
 
@@ -88,7 +88,7 @@ def attribute(prom, case: str, alert_after_s: float):
 def test_the_earliest_alert_follows_the_rule_settings():
     """p25 of 6 slice slopes: Prometheus's rank 0.25 x 5 = 1.25 interpolates between the 2nd and 3rd
     smallest, so 4 slices must see growth; 3 slices of 20 min, then 30 min pending, all /60."""
-    t = thresholds.load()
+    t = alert_config.load()
     host = t.section("host")
     n, q = host.slices("leak_slices"), t.slice_quantile
     assert WINDOW.slices_needed == n - math.ceil(q * (n - 1))

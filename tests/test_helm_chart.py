@@ -267,7 +267,7 @@ def test_values_yaml_documents_every_line():
 def test_thresholds_in_values_through_the_generator(tmp_path):
     """A user's thresholds file becomes a values file whose groups the chart renders."""
     from leakwatch.helm import rules as helm_rules
-    from leakwatch.rules.thresholds import ALERTS_FILE
+    from leakwatch.rules.config import ALERTS_FILE
 
     raw = yaml.safe_load(ALERTS_FILE.read_text())
     raw["host"]["usage_warning_share"] = 0.8
@@ -293,7 +293,7 @@ def test_chart_dashboards_validate_and_every_query_parses(tmp_path):
     import json
     import subprocess
 
-    from leakwatch.dashboards.promql import expand
+    from leakwatch.dashboards.queries import expand
     from leakwatch.dashboards.validate import file_problems
     from leakwatch.helm.chart_files import GENERATED_DIR
 

@@ -14,8 +14,8 @@ import yaml
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import kubernetes_thresholds, rule_groups
 from leakwatch.paths import PROMETHEUS_DIR
+from leakwatch.rules.config import ALERTS_FILE, load as load_thresholds
 from leakwatch.rules.render import render_rules
-from leakwatch.rules.thresholds import ALERTS_FILE, load as load_thresholds
 
 # Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..leakcheck.window import parse_instant
 from ..paths import PROMETHEUS_DIR, RULES_DIR
-from ..rules.thresholds import parse_duration
+from ..rules.config import parse_duration
 from ..scenarios import library
 from . import report, sources
 from .engine import Backtest

@@ -27,7 +27,7 @@ from ..catalogue import metric_names
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..rules.alerts import KEEP_FIRING_MARKER
-from ..rules.thresholds import parse_duration
+from ..rules.config import parse_duration
 from .openmetrics import BlockFiles, write_matrix
 from .tsdb import TSDBServer, create_blocks
 

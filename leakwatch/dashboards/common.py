@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .kit import Annotation, Query, Variable
-from .promql import VLLM, VLLM_PROCESS, quantile
+from .board import Annotation, Query, Variable
+from .queries import VLLM, VLLM_PROCESS, quantile
 
 MODEL = Variable(
     name="model",

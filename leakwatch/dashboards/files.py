@@ -17,7 +17,7 @@ REFERENCE_FILE = REPO_ROOT / "docs" / "dashboards-reference.md"
 
 
 def generated_files() -> dict[Path, Callable[[], str]]:
-    from .kit import render
+    from .board import render
 
     files: dict[Path, Callable[[], str]] = {
         DATASOURCES_FILE: lambda: yamlfmt.dump(

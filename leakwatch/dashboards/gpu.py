@@ -3,11 +3,11 @@ dcgm-exporter default counters (config/metrics/dcgm-exporter.csv). GPU hosts onl
 
 from __future__ import annotations
 
-from . import thresholds as T
+from . import levels
+from .board import Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS
-from .kit import Board, Panel, Query, Row, Variable
-from .promql import MIB
-from .thresholds import BAD, NEUTRAL, WARN
+from .levels import BAD, NEUTRAL, WARN
+from .queries import MIB
 
 DCGM_INSTANCE = Variable(
     name="instance",
@@ -67,7 +67,7 @@ now = Row(
             min=0,
             max=1,
             queries=(Query(f"max({USED_SHARE})", "used"),),
-            thresholds=T.GPU_MEMORY_USED,
+            thresholds=levels.GPU_MEMORY_USED,
             description="Framebuffer used on the fullest card. Healthy under vLLM: ~90 % from start-up (its KV "
             "cache is preallocated); leaks show on the memory-leak dashboard as growth.",
         ),
@@ -79,7 +79,7 @@ now = Row(
             height=5,
             gpu=True,
             queries=(Query(f"max(DCGM_FI_DEV_GPU_TEMP{{{SEL}}})", "temperature"),),
-            thresholds=T.GPU_TEMP,
+            thresholds=levels.GPU_TEMP,
             description="Highest GPU die temperature. Healthy: below 80 °C; cards throttle clocks when hot.",
         ),
         Panel(
@@ -150,7 +150,7 @@ per_card = Row(
             min=0,
             max=1,
             queries=(Query(USED_SHARE, PER_CARD),),
-            thresholds=T.GPU_MEMORY_USED,
+            thresholds=levels.GPU_MEMORY_USED,
             description="Used / (used + free) per card. vLLM takes --gpu-memory-utilization (e.g. 90 %) at "
             "start. Healthy: flat at that level.",
         ),
@@ -163,7 +163,7 @@ per_card = Row(
                 Query(f"DCGM_FI_DEV_GPU_TEMP{{{SEL}}}", PER_CARD + " die"),
                 Query(f"DCGM_FI_DEV_MEMORY_TEMP{{{SEL}}}", PER_CARD + " memory"),
             ),
-            thresholds=T.GPU_TEMP,
+            thresholds=levels.GPU_TEMP,
             description="Die and memory temperature per card. Healthy: die below 80 °C.",
         ),
         Panel(

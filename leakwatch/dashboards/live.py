@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from ..promapi import Prometheus, PrometheusError
 from ..settings import load as load_settings
-from .kit import Annotation, Board, Panel
-from .promql import expand, grafana_step, parse_duration
+from .board import Annotation, Board, Panel
+from .queries import expand, grafana_step, parse_duration
 
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
 

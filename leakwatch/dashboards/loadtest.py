@@ -11,11 +11,11 @@ from dataclasses import replace
 
 from ..catalogue import METRICS_DIR, load_csv, metric_names
 from ..errors import LeakwatchError
-from . import thresholds as T
+from . import levels
+from .board import TOKENS_PER_S, Board, Panel, Query, Row
 from .common import FIRING_ALERTS, INSTANCE, MODEL, percentiles, running_and_waiting
-from .kit import TOKENS_PER_S, Board, Panel, Query, Row
-from .promql import VLLM, failed_api_calls, rate
-from .thresholds import NEUTRAL
+from .levels import NEUTRAL
+from .queries import VLLM, failed_api_calls, rate
 
 LOADGEN_CSV = METRICS_DIR / "loadgen.csv"
 # The load generator's series carry no model label; a run drives one model at a time.
@@ -51,7 +51,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Time to first token (client)",
             unit="s",
             queries=client_percentiles(f"{LOADGEN}_time_to_first_token_seconds"),
-            thresholds=T.TTFT,
+            thresholds=levels.TTFT,
             description="From sending a request to its first streamed chunk, as the load generator saw it "
             "(HTTP, tokenisation and the API server's queue included). Healthy: a little above "
             "the server's figure; far above it, the client is saturated and inflates TTFT.",
@@ -60,7 +60,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Time to first token (server)",
             unit="s",
             queries=server_percentiles("vllm:time_to_first_token_seconds"),
-            thresholds=T.TTFT,
+            thresholds=levels.TTFT,
             description="vLLM's own TTFT: queueing plus prefill, without HTTP and client overhead. Healthy: the "
             "client's figure slightly higher; a large gap means a saturated client (it "
             "inflates TTFT) or network trouble.",
@@ -72,7 +72,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Inter-token latency (client)",
             unit="s",
             queries=client_percentiles(f"{LOADGEN}_inter_token_latency_seconds"),
-            thresholds=T.ITL,
+            thresholds=levels.ITL,
             description="Gaps between consecutive streamed chunks at the client, at full precision (not "
             "Locust's rounded buckets). Healthy: close to the server's figure.",
         ),
@@ -80,7 +80,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Inter-token latency (server)",
             unit="s",
             queries=server_percentiles("vllm:inter_token_latency_seconds"),
-            thresholds=T.ITL,
+            thresholds=levels.ITL,
             description="Gap between streamed tokens as vLLM measures it. Healthy: below 100 ms and flat as "
             "concurrency ramps; a knee shows where batching stops paying off.",
         ),
@@ -91,7 +91,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="End-to-end latency (client)",
             unit="s",
             queries=client_percentiles(f"{LOADGEN}_e2e_request_latency_seconds"),
-            thresholds=T.E2E_LATENCY,
+            thresholds=levels.E2E_LATENCY,
             description="From sending a request to its last chunk at the client. Healthy: the server's figure "
             "plus a little; the articles alert above 15 s.",
         ),
@@ -99,7 +99,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="End-to-end latency (server)",
             unit="s",
             queries=server_percentiles("vllm:e2e_request_latency_seconds"),
-            thresholds=T.E2E_LATENCY,
+            thresholds=levels.E2E_LATENCY,
             description="Whole-request time inside vLLM; grows with output length and concurrency. Healthy: "
             "below 10 s at the target concurrency; the articles alert above 15 s.",
         ),
@@ -182,7 +182,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Failed API calls (server)",
             unit="reqps",
             queries=(Query(failed_api_calls("status"), "server {{status}}"),),
-            thresholds=T.FAILURES_PER_S,
+            thresholds=levels.FAILURES_PER_S,
             description="Non-2xx answers vLLM sent per second. Healthy: none during a load test; 4xx usually "
             "means a wrong model name or over-long prompts in the profile.",
         ),
@@ -193,7 +193,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
             title="Schedule lag (client)",
             unit="s",
             queries=client_percentiles(f"{LOADGEN}_queue_delay_seconds", qs=(0.9, 0.99)),
-            thresholds=T.SCHEDULE_LAG,
+            thresholds=levels.SCHEDULE_LAG,
             description="How late the client sent requests against the open-loop schedule (coordinated "
             "omission). Healthy: near 0; growing lag means the client, not the server, limits the "
             "run and its latency figures are too optimistic.",
@@ -206,7 +206,7 @@ MEASURES: list[tuple[str, Panel, Panel]] = [
                 Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache usage"),
                 Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s", unit="ops", right_axis=True),
             ),
-            thresholds=T.KV_CACHE,
+            thresholds=levels.KV_CACHE,
             description="How close the KV cache is to full, and requests evicted for lack of it. Healthy: no "
             "preemptions; a stress run that finds them has found the concurrency the cache "
             "supports.",

@@ -3,11 +3,11 @@ request, and how long until it runs out. 24 h by default, the articles' memory t
 
 from __future__ import annotations
 
-from . import thresholds as T
+from . import levels
+from .board import Annotation, Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
-from .kit import Annotation, Board, Panel, Query, Row, Variable
-from .promql import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
-from .thresholds import BAD, NEUTRAL, OK, WARN
+from .levels import BAD, NEUTRAL, OK, WARN
+from .queries import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
 
 GPU_VARIABLE = Variable(
     name="gpu",
@@ -56,7 +56,7 @@ at_a_glance = Row(
             height=5,
             queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
             no_value="no baseline yet",
-            thresholds=T.GROWTH_PER_REQUEST,
+            thresholds=levels.GROWTH_PER_REQUEST,
             description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
             "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
             "warm-up is over; article A's leak was ~6 MB per request.",
@@ -69,7 +69,7 @@ at_a_glance = Row(
             height=5,
             gpu=True,
             queries=(Query(f"max(leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}})", "worst GPU"),),
-            thresholds=T.GROWTH_PER_REQUEST,
+            thresholds=levels.GROWTH_PER_REQUEST,
             description="GPU memory gained since the post-warm-up baseline divided by requests served. "
             "Healthy: near 0 B; vLLM preallocates its KV cache at start, so real growth after the "
             "baseline is a leak. GPU hosts only.",
@@ -87,7 +87,7 @@ at_a_glance = Row(
                     "forecast",
                 ),
             ),
-            thresholds=T.EXHAUSTION,
+            thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
             description="Available RAM + free swap divided by how fast vLLM's processes (RSS + swap, all roles) "
             "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
@@ -107,7 +107,7 @@ at_a_glance = Row(
                     "forecast",
                 ),
             ),
-            thresholds=T.EXHAUSTION,
+            thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
             description="Free framebuffer divided by its growth over the last hour, for the card closest to "
             "full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
@@ -175,7 +175,7 @@ gpu_memory = Row(
             width=8,
             gpu=True,
             queries=(Query(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU {{gpu}}"),),
-            thresholds=T.GROWTH_PER_REQUEST,
+            thresholds=levels.GROWTH_PER_REQUEST,
             description="Growth since the baseline divided by requests served since then: the leak's size per "
             "request. Healthy: near 0 B and falling as requests accumulate.",
         ),
@@ -187,7 +187,7 @@ gpu_memory = Row(
             min=0,
             max=1,
             queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
-            thresholds=T.RETENTION,
+            thresholds=levels.RETENTION,
             event=BURST,
             description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
             "is idle again (the articles' vram_retention_ratio); measured after a burst that gained "
@@ -242,7 +242,7 @@ host_memory = Row(
             unit="bytes",
             width=8,
             queries=(Query("leakwatch_host_memory_growth_per_request_bytes", "{{role}}"),),
-            thresholds=T.GROWTH_PER_REQUEST,
+            thresholds=levels.GROWTH_PER_REQUEST,
             description="Growth since the baseline divided by requests served: from ~90 B to several MB per "
             "request in real vLLM leaks. Healthy: near 0 B and falling as requests accumulate.",
         ),
@@ -253,7 +253,7 @@ host_memory = Row(
             min=0,
             max=1,
             queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
-            thresholds=T.RETENTION,
+            thresholds=levels.RETENTION,
             event=BURST,
             description="Share of the host memory gained during the last burst still held once vLLM is idle; "
             "measured once a burst has gained a few MiB and vLLM then stayed idle for a while. "
@@ -268,7 +268,7 @@ host_memory = Row(
                 Query(f"max(process_resident_memory_bytes{{{VLLM_PROCESS}}}) / ({MEMORY_LIMIT})", "API server RSS"),
                 Query(f"max(leakwatch_cgroup_memory_usage_bytes) / ({MEMORY_LIMIT})", "cgroup (all vLLM processes)"),
             ),
-            thresholds=T.MEMORY_LIMIT,
+            thresholds=levels.MEMORY_LIMIT,
             description="Memory as a share of the container's limit (the host's RAM when there is none): the "
             "articles' HighMemoryUsage (> 90 %). Healthy: well below 90 % and flat.",
         ),

@@ -3,11 +3,11 @@ own /metrics (current names: kv_cache_usage_perc, inter_token_latency_seconds)."
 
 from __future__ import annotations
 
-from . import thresholds as T
+from . import levels
+from .board import TOKENS_PER_S, Board, Panel, Query, Row
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
-from .kit import TOKENS_PER_S, Board, Panel, Query, Row
-from .promql import VLLM, VLLM_API, failed_api_calls, quantile, rate, ratio
-from .thresholds import NEUTRAL
+from .levels import NEUTRAL
+from .queries import VLLM, VLLM_API, failed_api_calls, quantile, rate, ratio
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -41,7 +41,7 @@ now = Row(
             queries=(
                 Query(ratio(failed_api_calls(), f"sum({rate('http_requests_total', VLLM_API)})"), "failed share"),
             ),
-            thresholds=T.ERROR_RATIO,
+            thresholds=levels.ERROR_RATIO,
             description="Share of OpenAI API calls answered with a non-2xx status (4xx: bad requests such as "
             "a wrong model name or a prompt too long; 5xx: server failures). Healthy: below 1 %.",
         ),
@@ -52,7 +52,7 @@ now = Row(
             width=4,
             height=5,
             queries=(Query(overall(0.9, TTFT), "p90"),),
-            thresholds=T.TTFT,
+            thresholds=levels.TTFT,
             description="9 in 10 requests got their first token within this time (server side: queueing and "
             "prefill). Healthy: below 1 s for interactive use.",
         ),
@@ -63,7 +63,7 @@ now = Row(
             width=4,
             height=5,
             queries=(Query(overall(0.9, ITL), "p90"),),
-            thresholds=T.ITL,
+            thresholds=levels.ITL,
             description="Inter-token latency while streaming, 90th percentile. Healthy: below 100 ms (faster "
             "than people read).",
         ),
@@ -74,7 +74,7 @@ now = Row(
             width=4,
             height=5,
             queries=(Query(overall(0.9, E2E), "p90"),),
-            thresholds=T.E2E_LATENCY,
+            thresholds=levels.E2E_LATENCY,
             description="Whole-request time inside vLLM, 90th percentile. Healthy: well below 10 s for chat-length "
             "outputs; the articles alert above 15 s.",
         ),
@@ -87,7 +87,7 @@ now = Row(
             min=0,
             max=1,
             queries=(Query(f"max(vllm:kv_cache_usage_perc{{{VLLM}}})", "KV cache"),),
-            thresholds=T.KV_CACHE,
+            thresholds=levels.KV_CACHE,
             description="Share of the KV-cache blocks in use. Healthy: high under load is expected; near 100 % "
             "with preemptions means requests are being recomputed.",
         ),
@@ -102,7 +102,7 @@ latency = Row(
             unit="s",
             width=12,
             queries=percentiles(TTFT),
-            thresholds=T.TTFT,
+            thresholds=levels.TTFT,
             description="p50 / p90 / p99 from vLLM's histogram: queueing plus prefill. Healthy: p90 below 1 s; "
             "a rising p99 with a flat p50 means requests wait in the queue.",
         ),
@@ -111,7 +111,7 @@ latency = Row(
             unit="s",
             width=12,
             queries=percentiles(ITL),
-            thresholds=T.ITL,
+            thresholds=levels.ITL,
             description="p50 / p90 / p99 of the gap between streamed tokens. Healthy: flat and below 100 ms; "
             "it grows with batch size and with long prefills sharing the batch.",
         ),
@@ -120,7 +120,7 @@ latency = Row(
             unit="s",
             width=12,
             queries=percentiles(E2E),
-            thresholds=T.E2E_LATENCY,
+            thresholds=levels.E2E_LATENCY,
             description="p50 / p90 / p99 of the whole request inside vLLM; it depends on output length. Healthy: "
             "flat at steady traffic; the articles alert above 15 s.",
         ),
@@ -129,7 +129,7 @@ latency = Row(
             unit="s",
             width=12,
             queries=percentiles(QUEUE, (0.5, 0.9)),
-            thresholds=T.TTFT,
+            thresholds=levels.TTFT,
             description="Time requests spent waiting before vLLM scheduled them. Healthy: near 0; growth means "
             "more concurrent requests than max-num-seqs or than the KV cache holds.",
         ),
@@ -196,7 +196,7 @@ scheduler = Row(
             min=0,
             max=1,
             queries=(Query(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "{{model_name}} engine {{engine}}"),),
-            thresholds=T.KV_CACHE,
+            thresholds=levels.KV_CACHE,
             description="Share of KV-cache blocks in use (vllm:kv_cache_usage_perc; the old "
             "gpu_cache_usage_perc is gone). Healthy: high under load is fine while preemptions stay at 0.",
         ),
@@ -205,7 +205,7 @@ scheduler = Row(
             unit="ops",
             width=6,
             queries=(Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s"),),
-            thresholds=T.PREEMPTIONS_PER_S,
+            thresholds=levels.PREEMPTIONS_PER_S,
             description="Requests evicted from the KV cache and recomputed later. Healthy: 0; sustained "
             "preemptions mean the cache is too small for the concurrency.",
         ),
@@ -240,7 +240,7 @@ errors = Row(
             unit="reqps",
             width=8,
             queries=(Query(failed_api_calls("status, handler"), "{{status}} {{handler}}"),),
-            thresholds=T.FAILURES_PER_S,
+            thresholds=levels.FAILURES_PER_S,
             description="Non-2xx answers of the OpenAI API per second. Healthy: none. 4xx: client mistakes "
             "(model name, prompt too long); 5xx: the server failed.",
         ),
@@ -254,7 +254,7 @@ errors = Row(
                     "{{finished_reason}}",
                 ),
             ),
-            thresholds=T.FAILURES_PER_S,
+            thresholds=levels.FAILURES_PER_S,
             description="Requests vLLM ended without a result: abort (the client disconnected, often after a "
             "client timeout) or error. Healthy: 0.",
         ),
@@ -263,7 +263,7 @@ errors = Row(
             unit="reqps",
             width=8,
             queries=(Query(f"sum by (reason) ({rate('vllm:admission_rejections_total')})", "{{reason}}"),),
-            thresholds=T.FAILURES_PER_S,
+            thresholds=levels.FAILURES_PER_S,
             description="Requests refused because a queue limit was reached. Healthy: 0; otherwise add "
             "capacity or shed load upstream.",
         ),

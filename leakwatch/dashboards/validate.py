@@ -27,7 +27,7 @@ from grafana_foundation_sdk.cog import plugins, runtime as cog_runtime
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model, prometheus as prometheus_model, units as units_model
 
-from .kit import DATASOURCE, GRID_WIDTH, PANEL_KINDS, PROMETHEUS_ANNOTATION_KEYS
+from .board import DATASOURCE, GRID_WIDTH, PANEL_KINDS, PROMETHEUS_ANNOTATION_KEYS
 from .provisioning import DATASOURCE_TYPE
 
 # The schema version the SDK's Grafana 11.6 model writes and expects.

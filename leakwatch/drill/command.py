@@ -16,12 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import plan
+from . import config as drill_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", default=str(plan.CONFIG_FILE), metavar="FILE", help="drill settings (default config/drill.yaml)"
+        "--config",
+        default=str(drill_config.CONFIG_FILE),
+        metavar="FILE",
+        help="drill settings (default config/drill.yaml)",
     )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
-    drill = Drill(plan.load(args.config), keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
+    drill = Drill(drill_config.load(args.config), keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
     result = drill.run()
     if args.json:
         with open(args.json, "w") as fh:

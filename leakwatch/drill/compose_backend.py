@@ -20,7 +20,7 @@ from ..generate.compose import SOURCE_DIR, compose_document, compose_prometheus_
 from ..paths import REPO_ROOT
 from ..settings import StackSettings, load as load_settings
 from . import leak_middleware
-from .plan import scaled_alertmanager, write_rules
+from .config import scaled_alertmanager, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 HEADER = "Drill override for compose (leakwatch/drill/compose_backend.py), written at run time - do not commit."

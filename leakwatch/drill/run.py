@@ -41,9 +41,9 @@ from ..promapi import Prometheus
 from ..settings import load as load_settings
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
+from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
 from .load import CpuHog, load_average
 from .phases import PhaseWatcher, RecoveryPhases
-from .plan import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 API_MEMORY = (

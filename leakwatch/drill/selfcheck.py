@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..promapi import Prometheus
-from ..rules import thresholds
+from ..rules import config as alert_config
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class LeakWindow:
 
 
 def leak_window(compression: float) -> LeakWindow:
-    t = thresholds.load(time_scale=1.0 / compression)
+    t = alert_config.load(time_scale=1.0 / compression)
     host = t.section("host")
     n = host.slices("leak_slices")
     needed = n - math.ceil(t.slice_quantile * (n - 1))

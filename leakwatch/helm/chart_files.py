@@ -19,7 +19,7 @@ from ..generate import yamlfmt
 from ..heal import config as healer_config
 from ..heal.server import WEBHOOK_PATH
 from ..paths import REPO_ROOT
-from ..rules.thresholds import ALERTS_FILE
+from ..rules.config import ALERTS_FILE
 from ..settings import StackSettings, load as load_settings
 from . import identity
 
@@ -132,7 +132,7 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
 
 def _dashboard(text: str) -> str:
     """A compose dashboard with the instance variable replaced by namespace and pod variables."""
-    from ..dashboards.promql import NODE_JOB, VLLM_JOB
+    from ..dashboards.queries import NODE_JOB, VLLM_JOB
 
     board = json.loads(text)
     pod_filter = 'namespace=~"$namespace", pod=~"$pod"'

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
-from ..rules.thresholds import ALERTS_FILE
+from ..rules.config import ALERTS_FILE
 from .chart_files import rule_groups
 
 HEADER = """\

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 
 from .. import profiles as model_profiles
 from ..heal import config as healer_config
+from .config import MIB, format_duration, number
 from .promql import by, fill
 from .recording import Context
-from .thresholds import MIB, format_duration, number
 
 # The line between an alert's own condition and the one that keeps it firing (the backtester
 # splits expressions there to replay the hysteresis; Prometheus reads it as a comment).

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .config import MIB, Thresholds, format_duration, number, parse_duration
 from .promql import by, on, sel
-from .thresholds import MIB, Thresholds, format_duration, number, parse_duration
 
 
 @dataclass(frozen=True)

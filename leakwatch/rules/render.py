@@ -8,8 +8,8 @@ from pathlib import Path
 from ..generate import yamlfmt
 from ..settings import load as load_settings
 from .alerts import GROUPS
+from .config import load as load_thresholds, parse_duration
 from .recording import Context, recording_rules
-from .thresholds import load as load_thresholds, parse_duration
 
 RECORDING_FILE = "leakwatch-recording.yml"
 ALERTS_FILE = "leakwatch-alerts.yml"

@@ -9,7 +9,7 @@ import io
 
 import pytest
 
-from leakwatch.drill import plan
+from leakwatch.drill import config as drill_config
 from leakwatch.drill.run import Drill
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def drill():
-    cfg = plan.load()
+    cfg = drill_config.load()
     out = io.StringIO()
     result = Drill(cfg, out=out).run()
     print(out.getvalue())

@@ -14,7 +14,7 @@ from ..generate import yamlfmt
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
 from ..paths import CONFIG_DIR
-from ..rules.thresholds import parse_duration as alertmanager_duration
+from ..rules.config import parse_duration as alertmanager_duration
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from leakwatch.drill import plan
+from leakwatch.drill import config as drill_config
 from leakwatch.drill.cgroup import MemoryCgroup
 from leakwatch.errors import LeakwatchError
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
@@ -48,7 +48,7 @@ AM = {
 
 
 def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
-    out = plan.scaled_alertmanager(AM, 60, repeat_s=5)
+    out = drill_config.scaled_alertmanager(AM, 60, repeat_s=5)
     assert out["route"]["group_wait"] == "1s"  # 30 s / 60, at least 1 s
     assert out["route"]["group_interval"] == "5s"  # 5 m / 60
     assert out["route"]["repeat_interval"] == "240s"  # 4 h / 60
@@ -60,7 +60,7 @@ def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
 
 @pytest.mark.integration
 def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
-    out = plan.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
+    out = drill_config.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
     watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
     assert watchdog["group_wait"] == "0s"  # zero stays zero
     assert watchdog["repeat_interval"] == "5s"  # 5 m / 60
@@ -72,7 +72,7 @@ def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
 
 def test_a_config_without_the_healer_receiver_is_refused():
     with pytest.raises(LeakwatchError, match="no webhook receiver for the healer"):
-        plan.scaled_alertmanager({"route": {"receiver": "default"}, "receivers": [{"name": "default"}]}, 60, 5)
+        drill_config.scaled_alertmanager({"route": {"receiver": "default"}, "receivers": [{"name": "default"}]}, 60, 5)
 
 
 def test_the_webhook_is_pointed_at_the_stack_healer_and_its_token_file():
@@ -84,7 +84,7 @@ def test_the_webhook_is_pointed_at_the_stack_healer_and_its_token_file():
 
 
 def test_drill_settings_are_consistent():
-    cfg = plan.load()
+    cfg = drill_config.load()
     # The rules' shortest window (10 min) must span at least four scrapes once compressed.
     assert 600 / cfg.time_compression >= 4 * cfg.scrape_interval_s
     assert cfg.wall(cfg.control_span_s) >= 60 and 0 < cfg.max_estimate_error <= 0.15

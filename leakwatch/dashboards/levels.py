@@ -8,7 +8,7 @@ others are display levels that mark orders of magnitude a reader should notice.
 
 from __future__ import annotations
 
-from ..rules import thresholds as alert_thresholds
+from ..rules import config as alert_thresholds
 
 _ALERTS = alert_thresholds.load()
 _GPU, _HOST, _SERVING = (_ALERTS.section(name) for name in ("gpu", "host", "serving"))

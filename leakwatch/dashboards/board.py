@@ -33,8 +33,8 @@ except ImportError:  # the SDK is a development dependency: only generation and 
         "Run `make setup-dev` (or: pip install -e '.[dev]')"
     ) from None
 
+from .levels import OK
 from .provisioning import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
-from .thresholds import OK
 
 GRID_WIDTH = 24
 # Every panel and annotation queries the data source chosen in the `datasource` variable, whose
