@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 
 from .. import profiles as model_profiles
 from ..heal import config as healer_config
-from .config import MIB, format_duration, number
+from ..durations import format_duration
+from .config import MIB, number
 from .promql import by, fill
 from .recording import Context
 
