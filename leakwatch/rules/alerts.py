@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import profiles as model_profiles
-from ..heal import config as healer_config
 from ..durations import format_duration
+from ..heal import config as healer_config
 from .config import MIB, number
 from .promql import by, fill
 from .recording import Context
