@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..durations import format_duration, parse_duration
-from .config import MIB, Thresholds, number
+from .config import MIB, Thresholds, format_duration, number, parse_duration
 from .promql import by, on, sel
 
 

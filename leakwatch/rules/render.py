@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..durations import parse_duration
 from ..generate import yamlfmt
 from ..settings import load as load_settings
 from .alerts import GROUPS
-from .config import load as load_thresholds
+from .config import load as load_thresholds, parse_duration
 from .recording import Context, recording_rules
 
 RECORDING_FILE = "leakwatch-recording.yml"
