@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from locust import LoadTestShape, User, constant, events, task
+from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from .options import OptionError, add_options
 from .run import LoadgenRun, default_host
@@ -56,6 +57,18 @@ class StreamingUser(User):
 
     def on_stop(self) -> None:
         self.stream_client.close()
+
+    def stop(self, force: bool = False) -> bool:
+        """A graceful stop never kills: a user between two requests is marked stopping instead.
+
+        Locust kills a user found waiting, but the kill is delivered on a later turn of gevent's
+        loop; with no wait between requests the user has by then woken and opened its next stream,
+        which the kill then cuts (a few cancelled streams at every ramp-down step). Marked stopping,
+        it ends in Locust's own check right after the wait, before the next request."""
+        if not force and getattr(self, "_state", None) == LOCUST_STATE_WAITING:  # Locust leaves it untyped
+            self._state = LOCUST_STATE_STOPPING
+            return False
+        return super().stop(force)
 
     @task
     def stream(self) -> None:

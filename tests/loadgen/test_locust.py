@@ -198,6 +198,65 @@ def test_the_web_ui_shows_the_full_precision_tab(tmp_path):
             proc.wait(timeout=30)
 
 
+# A user that asks to be stopped right after a request, so the graceful stop finds it between two
+# requests (in the wait). Printed: how many requests started, finished and were cut.
+GRACEFUL_STOP_PROBE = """
+import sys
+import gevent
+from gevent import GreenletExit
+from gevent.pool import Group
+from locust import User, constant
+from locust.env import Environment
+from leakwatch.loadgen.locust_plugin import StreamingUser
+
+base = {"StreamingUser": StreamingUser, "User": User}[sys.argv[1]]
+counts = {"started": 0, "finished": 0, "cut": 0}
+
+def one_request(user):
+    counts["started"] += 1
+    try:
+        gevent.sleep(0.05)  # the stream
+    except GreenletExit:
+        counts["cut"] += 1
+        raise
+    counts["finished"] += 1
+    if counts["finished"] == 1:
+        gevent.spawn(user.stop)  # runs on the loop's next turn, while the user is in its wait
+
+class Probe(base):
+    host = "http://127.0.0.1:9"
+    wait_time = constant(0)
+    tasks = [one_request]
+
+    def on_start(self):
+        pass
+
+    def on_stop(self):
+        pass
+
+group = Group()
+Probe(Environment(user_classes=[Probe])).start(group)
+group.join(timeout=10)
+print(counts["started"], counts["finished"], counts["cut"], len(group))
+"""
+
+
+def test_a_graceful_stop_between_requests_cuts_no_stream():
+    """Locust's own User, stopped while waiting between requests, is killed one loop turn later, by
+    when it has opened its next request: the stream is cut (the cancelled streams the 256-stream test
+    saw at every ramp-down step). StreamingUser stops before the next request."""
+
+    def probe(base: str) -> list[int]:
+        out = subprocess.run(
+            [sys.executable, "-c", GRACEFUL_STOP_PROBE, base], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [int(n) for n in out.stdout.split()]
+
+    assert probe("User") == [2, 1, 1, 0]  # the race, in Locust itself: a second request, cut
+    assert probe("StreamingUser") == [1, 1, 0, 0]  # stopped after its request, before another
+
+
 def test_every_option_the_readme_shows_exists():
     from leakwatch.loadgen.options import OPTIONS
     from leakwatch.paths import REPO_ROOT
