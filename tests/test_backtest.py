@@ -21,9 +21,9 @@ from leakwatch.backtest.engine import (
     recording_levels,
 )
 from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
+from leakwatch.durations import parse_duration
 from leakwatch.errors import LeakwatchError
 from leakwatch.paths import PROMETHEUS_DIR, RULES_DIR
-from leakwatch.rules.config import parse_duration
 
 from .promtool_series import expand, to_openmetrics
 

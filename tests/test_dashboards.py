@@ -15,8 +15,9 @@ from leakwatch.catalogue import gpu_only_names, metric_names
 from leakwatch.dashboards import boards
 from leakwatch.dashboards.board import layout
 from leakwatch.dashboards.files import DASHBOARDS_DIR
-from leakwatch.dashboards.queries import expand, parse_duration
+from leakwatch.dashboards.queries import expand
 from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
+from leakwatch.durations import parse_duration
 from leakwatch.errors import LeakwatchError
 from leakwatch.settings import load as load_settings
 

@@ -16,10 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..durations import parse_duration
 from ..errors import LeakwatchError
 from ..leakcheck.window import parse_instant
 from ..paths import PROMETHEUS_DIR, RULES_DIR
-from ..rules.config import parse_duration
 from ..scenarios import library
 from . import report, sources
 from .engine import Backtest

@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from ..catalogue import metric_names
+from ..durations import parse_duration
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..rules.alerts import KEEP_FIRING_MARKER
-from ..rules.config import parse_duration
 from .openmetrics import BlockFiles, write_matrix
 from .tsdb import TSDBServer, create_blocks
 

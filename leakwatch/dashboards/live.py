@@ -12,10 +12,11 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ..durations import parse_duration
 from ..promapi import Prometheus, PrometheusError
 from ..settings import load as load_settings
 from .board import Annotation, Board, Panel
-from .queries import expand, grafana_step, parse_duration
+from .queries import expand, grafana_step
 
 _LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
 

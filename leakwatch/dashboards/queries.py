@@ -87,17 +87,3 @@ def expand(expr: str, values: dict[str, str], range_s: float, step_s: float, scr
         return builtins[name] if name in builtins else values[name]
 
     return _VARIABLE.sub(replace, expr)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus/Grafana duration such as 24h, 90m or now-6h's 6h."""
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    total, pos = 0.0, 0
-    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)", text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * units[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r}")
-    return total

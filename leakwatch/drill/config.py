@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
+from ..durations import parse_duration as alertmanager_duration
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
 from ..paths import CONFIG_DIR
-from ..rules.config import parse_duration as alertmanager_duration
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")

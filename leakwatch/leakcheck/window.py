@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime, timezone
 
+from .. import durations
 from ..errors import LeakwatchError
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus-style duration: 90s, 30m, 2h, 1d, 1w, 1h30m."""
-    raw = text.strip().lower()
-    parts = _DURATION.findall(raw)
-    if not raw or "".join(n + u for n, u in parts) != raw:
-        raise LeakwatchError(f"{text!r} is not a duration (examples: 30m, 2h, 1d, 1h30m)")
-    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise LeakwatchError(f"duration {text!r} must be positive")
-    return seconds
+    """Seconds in a window's length (90s, 30m, 2h, 1d, 1w, 1h30m): positive."""
+    return durations.parse_duration(text, positive=True)
 
 
 def parse_instant(text: str) -> float:

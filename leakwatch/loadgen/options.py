@@ -5,9 +5,9 @@ LOCUST_* environment variables (Locust's own configuration chain), validated in 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+from .. import durations
 from .prompts import WORKLOADS, WorkloadSpec
 from .schedule import ArrivalProcess
 from .shapes import SHAPES, HighConcurrencyPlan, ProductionDayPlan
@@ -46,23 +46,9 @@ def _json_object(text, fail) -> dict:
     return value
 
 
-_SPAN = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
-
-
 def parse_duration(text: str | float) -> float:
-    """Seconds from '90', '1.5', '45s', '10m', '2h30m', '3d'."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    raw = str(text).strip().lower()
-    try:
-        return float(raw)
-    except ValueError:
-        pass
-    parts = _SPAN.findall(raw)
-    if not parts or "".join(n + u for n, u in parts) != raw:
-        raise ValueError(f"not a duration: {text!r} (examples: 90, 45s, 10m, 2h30m, 3d)")
-    unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    return sum(float(n) * unit[u] for n, u in parts)
+    """Seconds from '90', '1.5', '45s', '10m', '2h30m', '3d' (a bare number is seconds)."""
+    return durations.parse_duration(text, bare_seconds=True)
 
 
 # (flag, env var, default, type, help); Locust's parser also takes these from locust.conf (without

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import profiles as model_profiles
+from ..durations import format_duration
 from ..heal import config as healer_config
-from .config import MIB, format_duration, number
+from .config import MIB, number
 from .promql import by, fill
 from .recording import Context
 

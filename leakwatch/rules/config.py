@@ -7,44 +7,17 @@ sizes, shares and per-request figures stay put.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from ..durations import format_duration, parse_duration
 from ..errors import LeakwatchError
 from ..paths import CONFIG_DIR
 
 ALERTS_FILE = CONFIG_DIR / "alerts.yaml"
 MIB = 1048576
-
-_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
-_DURATION = re.compile(r"^((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus duration such as 1h30m or 500ms."""
-    match = _DURATION.match(str(text).strip())
-    if not match or not str(text).strip():
-        raise LeakwatchError(f"{text!r} is not a Prometheus duration (e.g. 90s, 15m, 1h30m)")
-    parts = match.groups()
-    values = [parts[i] for i in (1, 3, 5, 7, 9, 11)]
-    return sum(int(v) * u for v, u in zip(values, _UNITS.values()) if v)
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest Prometheus duration for a number of seconds (whole milliseconds)."""
-    ms = round(seconds * 1000)
-    if ms <= 0:
-        raise LeakwatchError(f"a duration must be positive, got {seconds}s")
-    out = []
-    for unit, size in _UNITS.items():
-        size_ms = round(size * 1000)
-        if ms >= size_ms:
-            count, ms = divmod(ms, size_ms)
-            out.append(f"{count}{unit}")
-    return "".join(out)
 
 
 def number(value: float) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import MIB, Thresholds, format_duration, number, parse_duration
+from ..durations import format_duration, parse_duration
+from .config import MIB, Thresholds, number
 from .promql import by, on, sel
 
 

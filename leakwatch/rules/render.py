@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..durations import parse_duration
 from ..generate import yamlfmt
 from ..settings import load as load_settings
 from .alerts import GROUPS
-from .config import load as load_thresholds, parse_duration
+from .config import load as load_thresholds
 from .recording import Context, recording_rules
 
 RECORDING_FILE = "leakwatch-recording.yml"

@@ -91,7 +91,7 @@ def test_prompt_scale_for_all_or_per_workload():
         (dict(requests_per_day=0), "--requests-per-day: must be greater than 0"),
         (dict(streams=0), "--streams: must be at least 1"),
         (dict(diurnal_amplitude=2), "--diurnal-amplitude"),
-        (dict(day_length="a while"), "--day-length: not a duration"),
+        (dict(day_length="a while"), "--day-length: 'a while' is not a duration"),
         (dict(hold="-5"), "hold"),
         (dict(prompt_scale="chat=0.1"), "--prompt-scale: unknown workload 'chat'"),
         (dict(prompt_scale="code=0"), "--prompt-scale: must be greater than 0"),
