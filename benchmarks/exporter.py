@@ -38,6 +38,7 @@ from leakwatch.native.ports import free_port  # noqa: E402
 from leakwatch.native.programs import binary  # noqa: E402
 from leakwatch.native.runner import NativeStack  # noqa: E402
 from leakwatch.settings import load as load_settings  # noqa: E402
+from leakwatch.shutdown import unwind_on_sigterm  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -157,6 +158,7 @@ def main() -> int:
     parser.add_argument("--paced", type=int, default=12, help="paced scrapes per exporter")
     parser.add_argument("--burst", type=int, default=50, help="back-to-back scrapes per exporter")
     args = parser.parse_args()
+    unwind_on_sigterm()  # the stack and exporters it starts are stopped on the way out
 
     with vllm_server(args.vllm_url) as (vllm_url, model), exporters(vllm_url) as running:
         targets = {name: url for name, (url, _) in running.items()}

