@@ -5,9 +5,11 @@ The one list both runners use: adding a service here adds its scrape job to comp
 
 from __future__ import annotations
 
+import json
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
-from .generate.prometheus_config import ScrapeJob
 from .settings import StackSettings
 
 # Prometheus job name -> service in config/stack.yaml. Always present in both runners.
@@ -20,6 +22,22 @@ CORE_JOBS = {
     "leakwatch": "leakwatch_exporter",
 }
 
+
+# How Prometheus reaches one job (leakwatch.generate.prometheus_config writes it out).
+@dataclass(frozen=True)
+class ScrapeJob:
+    name: str
+    targets: list[str]
+    metrics_path: str = "/metrics"
+    # Compose discovers optional services (e.g. DCGM on GPU profiles) by DNS, so a service that is
+    # not running has no target at all instead of a target that is down.
+    dns_names: tuple[str, ...] = ()
+    dns_port: int | None = None
+    # Services that write their own target file while they run (a load test) use file_sd: no file,
+    # no target, so nothing sits `down` when they are not running.
+    file_sd: tuple[str, ...] = ()
+
+
 # Compose service names (DNS names on the compose network).
 COMPOSE_HOSTS = {
     "prometheus": "localhost",
@@ -30,6 +48,19 @@ COMPOSE_HOSTS = {
     "healer": "healer",
     "leakwatch_exporter": "leakwatch-exporter",  # network alias of the selected profile's exporter
 }
+
+
+# The label on every profile's vLLM container: what the healer restarts, and all the socket proxy
+# lets it see, within its compose project (Docker's own label).
+VLLM_CONTAINER_LABEL = "io.leakwatch.role=vllm"
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+
+
+def vllm_container_list_query(project: str, label: str = VLLM_CONTAINER_LABEL) -> str:
+    """The one Docker listing query the socket proxy accepts, and exactly what the healer sends:
+    the project's running vLLM containers."""
+    filters = {"label": [f"{COMPOSE_PROJECT_LABEL}={project}", label], "status": ["running"]}
+    return "filters=" + urllib.parse.quote(json.dumps(filters, separators=(",", ":")), safe="")
 
 
 # A running load test (`locust -f loadtest/`) writes loadgen-*.json into a targets folder and removes

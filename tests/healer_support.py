@@ -21,8 +21,9 @@ from leakwatch.heal import config as heal_config
 from leakwatch.heal.metrics import HealerMetrics
 from leakwatch.heal.policy import Policy
 from leakwatch.heal.restarters import SupervisorRestarter
-from leakwatch.heal.server import Healer, serve
+from leakwatch.heal.server import Healer
 from leakwatch.heal.vllm_probe import VllmProbe
+from leakwatch.heal.webserver import HealerServer
 from leakwatch.native import supervisor
 from leakwatch.native.layout import StateLayout
 from leakwatch.native.ports import free_port
@@ -94,7 +95,7 @@ def running_healer(target: Target, state_file: Path | None = None, **overrides):
         VllmProbe(target.url),
         HealerMetrics(),
     )
-    server = serve(healer, "127.0.0.1", free_port())
+    server = HealerServer(healer, "127.0.0.1", free_port())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
     try:

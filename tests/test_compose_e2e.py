@@ -142,7 +142,7 @@ except urllib.error.HTTPError as exc:
 
 
 def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(compose_stack):
-    from leakwatch.generate.socket_proxy import list_query
+    from leakwatch.topology import vllm_container_list_query
 
     vllm_id = compose_stack.inspect(VLLM)["Id"]
     prom = compose_stack.container("prometheus")
@@ -151,7 +151,10 @@ def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(
         "inspect vLLM": ("GET", f"/containers/{vllm_id}/json"),
         "inspect by name": ("GET", f"/containers/{compose_stack.container(VLLM)}/json"),
         "list everything": ("GET", "/containers/json?all=1"),
-        "list with another filter": ("GET", "/containers/json?" + list_query(PROJECT, "io.leakwatch.role=prometheus")),
+        "list with another filter": (
+            "GET",
+            "/containers/json?" + vllm_container_list_query(PROJECT, "io.leakwatch.role=prometheus"),
+        ),
         "exec create": ("POST", f"/containers/{compose_stack.container(VLLM)}/exec", {"Cmd": ["id"]}),
         "create": ("POST", "/containers/create", {"Image": "leakwatch-local/tools:bookworm"}),
         "kill vLLM": ("POST", f"/containers/{compose_stack.container(VLLM)}/kill"),
@@ -172,7 +175,7 @@ def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(
     # What the healer needs does pass: the listing finds exactly this project's running vLLM.
     code = f"""
 import urllib.request, json
-print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + "/containers/json?" + list_query(PROJECT)!r}))]))
+print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + "/containers/json?" + vllm_container_list_query(PROJECT)!r}))]))
 """
     assert json.loads(compose_stack.exec_in("healer", code)) == [[f"/{compose_stack.container(VLLM)}"]]
 
@@ -180,7 +183,7 @@ print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + 
 def test_a_leftover_vllm_of_another_stack_does_not_confuse_the_healer(compose_stack):
     """A stopped container carrying the vLLM label under another project: the healer's lookup
     (project + running) still finds exactly one."""
-    from leakwatch.generate.socket_proxy import list_query
+    from leakwatch.topology import vllm_container_list_query
 
     name = "leftover-vllm-of-another-stack"
     compose_stack.docker("rm", "-f", name, check=False)
@@ -198,7 +201,7 @@ def test_a_leftover_vllm_of_another_stack_does_not_confuse_the_healer(compose_st
     try:
         code = f"""
 import urllib.request, json
-print(len(json.load(urllib.request.urlopen({PROXY + "/containers/json?" + list_query(PROJECT)!r}))))
+print(len(json.load(urllib.request.urlopen({PROXY + "/containers/json?" + vllm_container_list_query(PROJECT)!r}))))
 """
         assert compose_stack.exec_in("healer", code).strip() == "1"
     finally:

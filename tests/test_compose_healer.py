@@ -10,8 +10,9 @@ import urllib.parse
 import pytest
 
 from leakwatch.generate.compose_healer import PROJECT, PROXY_CONFIG_FILE, PROXY_HOST, PROXY_NETWORK, SECRET
-from leakwatch.generate.socket_proxy import CONFIG_PATH, list_query, vllm_container_names
+from leakwatch.generate.socket_proxy import CONFIG_PATH, vllm_container_names
 from leakwatch.settings import load as load_settings
+from leakwatch.topology import vllm_container_list_query
 
 from .compose_support import resolved
 
@@ -56,7 +57,7 @@ def test_the_proxy_is_haproxy_with_the_generated_rules_and_nothing_else():
         "http-request allow if is_post restart_path restart_query",
     ]
     assert "http-request deny deny_status 403" in text
-    assert list_query(PROJECT) in text
+    assert vllm_container_list_query(PROJECT) in text
     for name in vllm_container_names(PROJECT):
         assert re.escape(name) in text
 
@@ -65,7 +66,7 @@ def test_the_healer_looks_up_this_projects_running_vllm():
     healer = resolved("demo")["services"]["healer"]
     cmd = healer["command"]
     assert cmd[cmd.index("--compose-project") + 1] == PROJECT == resolved("demo")["name"]
-    filters = json.loads(urllib.parse.unquote(list_query(PROJECT).removeprefix("filters=")))
+    filters = json.loads(urllib.parse.unquote(vllm_container_list_query(PROJECT).removeprefix("filters=")))
     assert filters == {
         "label": [f"com.docker.compose.project={PROJECT}", "io.leakwatch.role=vllm"],
         "status": ["running"],

@@ -15,8 +15,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from leakwatch.errors import LeakwatchError
-from leakwatch.generate.socket_proxy import list_query, vllm_container_names
+from leakwatch.generate.socket_proxy import vllm_container_names
 from leakwatch.heal.restarters import DockerRestarter, RestartError
+from leakwatch.topology import vllm_container_list_query
 
 PROJECT = "leakwatch"
 ALLOWED_POST = re.compile(
@@ -28,7 +29,7 @@ LABEL = "io.leakwatch.role=vllm"
 class FakeDockerProxy:
     def __init__(self, containers: list[dict]):
         self.containers = containers
-        self.allowed_query = list_query(PROJECT, LABEL)
+        self.allowed_query = vllm_container_list_query(PROJECT, LABEL)
         self.calls: list[tuple[str, str, dict]] = []
         self.restarted: list[tuple[str, int]] = []
         proxy = self

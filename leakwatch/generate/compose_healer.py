@@ -8,9 +8,9 @@ listing this project's running vLLM container and restarting that container by n
 
 from __future__ import annotations
 
-from ..heal.command import VLLM_CONTAINER_LABEL
 from ..paths import REPO_ROOT
 from ..settings import StackSettings
+from ..topology import VLLM_CONTAINER_LABEL
 from . import socket_proxy
 
 SECRET = "healer_token"

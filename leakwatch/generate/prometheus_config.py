@@ -6,26 +6,11 @@ function builds both and the scrape jobs cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..settings import StackSettings
+from ..topology import ScrapeJob
 
 # Jobs that scrape a server behind our basic auth (leakwatch/webauth.py).
 AUTHENTICATED_JOBS = ("prometheus", "alertmanager")
-
-
-@dataclass(frozen=True)
-class ScrapeJob:
-    name: str
-    targets: list[str]
-    metrics_path: str = "/metrics"
-    # Compose discovers optional services (e.g. DCGM on GPU profiles) by DNS, so a service that is
-    # not running has no target at all instead of a target that is down.
-    dns_names: tuple[str, ...] = ()
-    dns_port: int | None = None
-    # Services that write their own target file while they run (a load test) use file_sd: no file,
-    # no target, so nothing sits `down` when they are not running.
-    file_sd: tuple[str, ...] = ()
 
 
 def prometheus_config(

@@ -18,14 +18,14 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
+from ..topology import VLLM_CONTAINER_LABEL
 from . import config as heal_config, token as heal_token
 from .metrics import HealerMetrics
 from .policy import Policy
 from .restarters import DockerRestarter, SupervisorRestarter
-from .server import WEBHOOK_PATH, Healer, serve
+from .server import WEBHOOK_PATH, Healer
 from .vllm_probe import VllmProbe
-
-VLLM_CONTAINER_LABEL = "io.leakwatch.role=vllm"
+from .webserver import HealerServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     except LeakwatchError as exc:
         logging.getLogger("leakwatch.heal").warning("restart target not reachable yet: %s", exc)
     try:
-        server = serve(healer, host, port)
+        server = HealerServer(healer, host, port)
     except OSError as exc:
         raise LeakwatchError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     # shutdown() waits for serve_forever() to return, so it must run outside the signal handler's thread.

@@ -12,6 +12,7 @@ from pathlib import Path
 import requests
 
 from ..errors import LeakwatchError
+from ..topology import vllm_container_list_query
 
 
 class RestartError(RuntimeError):
@@ -108,11 +109,9 @@ class DockerRestarter:
         return f"running container of compose project {self.project!r} labelled {self.label} via {self.base_url}"
 
     def _containers(self) -> list[dict]:
-        from ..generate.socket_proxy import list_query
-
         # Running containers of this project only: a leftover vLLM of another stack, or an exited
         # one of this, is not ours to restart. The query string is the exact one the proxy allows.
-        url = f"{self.base_url}/containers/json?{list_query(self.project, self.label)}"
+        url = f"{self.base_url}/containers/json?{vllm_container_list_query(self.project, self.label)}"
         try:
             resp = self.session.get(url, timeout=self.http_timeout_s)
         except requests.RequestException as exc:

@@ -135,9 +135,3 @@ class Healer:
             self.metrics.in_progress.set(0)
             self.policy.finish()
             log.info("remediation %s after %.1fs", result, duration)
-
-
-def serve(healer: Healer, host: str, port: int):
-    from .webserver import HealerServer
-
-    return HealerServer(healer, host, port)

@@ -1,0 +1,125 @@
+"""The import structure: no cycle anywhere in the package, and a core layer under everything that
+imports nothing of ours above it (docs/architecture.md, "Layers"). Read from the source with `ast`,
+imports inside functions included, so a lazy import cannot hide a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import leakwatch
+
+PACKAGE = Path(leakwatch.__file__).parent
+
+# The facts and helpers every other module reads: errors, repo paths, durations, stack settings and
+# services (ports, jobs, compose hosts, labels), model profiles, the state layout and its secrets,
+# the port helper, the YAML formatter, the Prometheus client and the metric catalogues.
+CORE = {
+    "leakwatch",
+    "leakwatch.errors",
+    "leakwatch.paths",
+    "leakwatch.durations",
+    "leakwatch.settings",
+    "leakwatch.topology",
+    "leakwatch.profiles",
+    "leakwatch.shutdown",
+    "leakwatch.native.ports",
+    "leakwatch.native.layout",
+    "leakwatch.webauth",
+    "leakwatch.vllm_key",
+    "leakwatch.promapi",
+    "leakwatch.catalogue",
+    "leakwatch.generate.yamlfmt",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str) -> set[str]:
+    """Our modules that `name` imports (`from .x import y` counts as x.y when y is a module)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in MODULES}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                child = f"{target}.{alias.name}"
+                found.add(child if child in MODULES else target)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(GRAPH):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_the_reader_sees_relative_and_lazy_imports():
+    assert "leakwatch.errors" in GRAPH["leakwatch.durations"]  # from .errors import LeakwatchError
+    assert "leakwatch.native.layout" in GRAPH["leakwatch.webauth"]  # from .native.layout import ...
+    assert "leakwatch.heal.kubernetes_restarter" in GRAPH["leakwatch.heal.command"]  # inside a function
+
+
+def test_no_module_imports_itself_back():
+    assert cycles() == []
+
+
+def test_the_core_imports_nothing_of_ours_above_it():
+    assert not CORE - set(MODULES), sorted(CORE - set(MODULES))
+    above = {name: sorted(GRAPH[name] - CORE) for name in sorted(CORE) if GRAPH[name] - CORE}
+    assert above == {}
+
+
+def test_what_runs_in_production_imports_no_generator():
+    """The healer, exporter, load generator, check and report read facts from the core, never from
+    the code that writes config files (the socket proxy's query once came from its generator)."""
+    services = ("heal", "exporter", "loadgen", "leakcheck", "report")
+    generators = ("leakwatch.generate.", "leakwatch.rules", "leakwatch.dashboards", "leakwatch.helm")
+    wrong = {
+        name: sorted(m for m in GRAPH[name] if m.startswith(generators) and m not in CORE)
+        for name in GRAPH
+        if name.startswith(tuple(f"leakwatch.{s}" for s in services))
+    }
+    assert {k: v for k, v in wrong.items() if v} == {}
