@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .config_schema import (
+    BOOL,
+    DICT,
+    INT,
+    LIST,
+    NUM,
+    STR,
+    Key,
+    check_section,
+    fraction,
+    list_of,
+    non_negative,
+    one_of,
+    positive,
+)
 from .errors import LeakwatchError
 from .paths import PROFILES_DIR
 
@@ -45,30 +59,6 @@ VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-@dataclass(frozen=True)
-class Key:
-    kinds: tuple[type, ...]
-    required: bool = True
-    check: Callable[[Any], str | None] | None = None  # returns a problem, or None when fine
-    nullable: bool = False
-
-
-def _positive(value) -> str | None:
-    return None if value > 0 else "must be > 0"
-
-
-def _non_negative(value) -> str | None:
-    return None if value >= 0 else "must be >= 0"
-
-
-def _one_of(*choices) -> Callable[[Any], str | None]:
-    return lambda value: None if value in choices else f"must be one of {', '.join(map(str, choices))}"
-
-
-def _fraction(value) -> str | None:
-    return None if 0 < value <= 1 else "must be in (0, 1]"
-
-
 def _version(value) -> str | None:
     return None if VERSION.match(value) else "must look like 0.14.0"
 
@@ -77,77 +67,67 @@ def _folder(value) -> str | None:
     return None if FOLDER_NAME.match(value) else "must be a plain folder name (letters, digits, . _ -)"
 
 
-def _list_of(kind: type) -> Callable[[Any], str | None]:
-    return lambda value: (
-        None
-        if all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
-        else f"must be a list of {kind.__name__}"
-    )
-
-
-INT, NUM, STR, BOOL, LIST, DICT = (int,), (int, float), (str,), (bool,), (list,), (dict,)
-
 SCHEMA: dict[str, dict[str, Key]] = {
     "model": {
-        "source": Key(STR, check=_one_of(*MODEL_SOURCES)),
+        "source": Key(STR, check=one_of(*MODEL_SOURCES)),
         "id": Key(STR, required=False),  # required unless source is demo
         "revision": Key(STR, required=False),  # required unless source is demo
         "served_name": Key(STR),
         "convert": Key(DICT, required=False),  # required when source is converted
     },
     "hardware": {
-        "device": Key(STR, check=_one_of(*DEVICES)),
+        "device": Key(STR, check=one_of(*DEVICES)),
         "gpu": Key(STR, required=False, nullable=True),
-        "gpu_count": Key(INT, check=_non_negative),
-        "gpu_memory_gib": Key(NUM, required=False, nullable=True, check=_positive),
+        "gpu_count": Key(INT, check=non_negative),
+        "gpu_memory_gib": Key(NUM, required=False, nullable=True, check=positive),
         "compute_capability": Key(STR, required=False),
     },
     "architecture": {
-        "num_layers": Key(INT, check=_positive),
-        "hidden_size": Key(INT, check=_positive),
-        "num_attention_heads": Key(INT, check=_positive),
-        "num_kv_heads": Key(INT, check=_positive),
-        "head_dim": Key(INT, check=_positive),
-        "intermediate_size": Key(INT, check=_positive),
+        "num_layers": Key(INT, check=positive),
+        "hidden_size": Key(INT, check=positive),
+        "num_attention_heads": Key(INT, check=positive),
+        "num_kv_heads": Key(INT, check=positive),
+        "head_dim": Key(INT, check=positive),
+        "intermediate_size": Key(INT, check=positive),
         "mlp_gated": Key(BOOL),
-        "vocab_size": Key(INT, check=_positive),
-        "max_position_embeddings": Key(INT, check=_positive),
-        "parameters": Key(INT, check=_positive),
-        "quantizable_parameters": Key(INT, check=_non_negative),
-        "dtype": Key(STR, check=_one_of(*DTYPE_BYTES)),
+        "vocab_size": Key(INT, check=positive),
+        "max_position_embeddings": Key(INT, check=positive),
+        "parameters": Key(INT, check=positive),
+        "quantizable_parameters": Key(INT, check=non_negative),
+        "dtype": Key(STR, check=one_of(*DTYPE_BYTES)),
     },
     "vllm": {
         "min_version": Key(STR, check=_version),
-        "dtype": Key(STR, check=_one_of("auto", *DTYPE_BYTES)),
-        "quantization": Key(STR, nullable=True, check=_one_of(*QUANTIZATION_BYTES)),
-        "kv_cache_dtype": Key(STR, required=False, check=_one_of(*KV_CACHE_DTYPES)),
-        "tensor_parallel_size": Key(INT, check=_positive),
-        "gpu_memory_utilization": Key(NUM, nullable=True, check=_fraction),
-        "max_model_len": Key(INT, check=_positive),
-        "max_num_seqs": Key(INT, check=_positive),
-        "max_num_batched_tokens": Key(INT, check=_positive),
+        "dtype": Key(STR, check=one_of("auto", *DTYPE_BYTES)),
+        "quantization": Key(STR, nullable=True, check=one_of(*QUANTIZATION_BYTES)),
+        "kv_cache_dtype": Key(STR, required=False, check=one_of(*KV_CACHE_DTYPES)),
+        "tensor_parallel_size": Key(INT, check=positive),
+        "gpu_memory_utilization": Key(NUM, nullable=True, check=fraction),
+        "max_model_len": Key(INT, check=positive),
+        "max_num_seqs": Key(INT, check=positive),
+        "max_num_batched_tokens": Key(INT, check=positive),
         "enable_chunked_prefill": Key(BOOL),
         "enable_prefix_caching": Key(BOOL),
         "trust_remote_code": Key(BOOL),
-        "block_size": Key(INT, required=False, check=_positive),
-        "cpu_kv_cache_space_gib": Key(NUM, required=False, check=_positive),
-        "extra_args": Key(LIST, required=False, check=_list_of(str)),
+        "block_size": Key(INT, required=False, check=positive),
+        "cpu_kv_cache_space_gib": Key(NUM, required=False, check=positive),
+        "extra_args": Key(LIST, required=False, check=list_of(str)),
     },
     "generation": {key: Key(NUM, required=False) for key in GENERATION_KEYS},
     "client": {
         "newline_token": Key(STR, required=False, nullable=True),
         "ignore_eos": Key(BOOL, required=False),
         "skip_special_tokens": Key(BOOL, required=False),
-        "stop": Key(LIST, required=False, check=_list_of(str)),
-        "stop_token_ids": Key(LIST, required=False, check=_list_of(int)),
+        "stop": Key(LIST, required=False, check=list_of(str)),
+        "stop_token_ids": Key(LIST, required=False, check=list_of(int)),
     },
     "capacity": {
-        "cuda_graph_gib": Key(NUM, required=False, check=_non_negative),
-        "non_torch_gib": Key(NUM, required=False, check=_non_negative),
+        "cuda_graph_gib": Key(NUM, required=False, check=non_negative),
+        "non_torch_gib": Key(NUM, required=False, check=non_negative),
     },
 }
 CONVERT_SCHEMA = {
-    "tool": Key(STR, check=_one_of(*CONVERTERS)),
+    "tool": Key(STR, check=one_of(*CONVERTERS)),
     "service": Key(STR, check=_folder),  # the compose one-shot service that runs it
     "output": Key(STR, check=_folder),  # folder in the models volume that vLLM serves
 }
@@ -244,30 +224,6 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
-def _check_section(values, schema: dict[str, Key], where: str, path: Path) -> dict:
-    if not isinstance(values, dict):
-        raise LeakwatchError(f"{path}: {where!r} must be a mapping")
-    unknown = sorted(set(values) - set(schema))
-    if unknown:
-        raise LeakwatchError(f"{path}: unknown key {where}.{unknown[0]}; valid keys of {where!r}: {', '.join(schema)}")
-    for key, spec in schema.items():
-        if key not in values:
-            if spec.required:
-                raise LeakwatchError(f"{path}: missing required key {where}.{key}")
-            continue
-        value = values[key]
-        if value is None:
-            if spec.nullable:
-                continue
-            raise LeakwatchError(f"{path}: {where}.{key} must not be empty")
-        if not isinstance(value, spec.kinds) or (isinstance(value, bool) and bool not in spec.kinds):
-            kinds = " or ".join(k.__name__ for k in spec.kinds)
-            raise LeakwatchError(f"{path}: {where}.{key} must be of type {kinds}, not {value!r}")
-        if spec.check and (problem := spec.check(value)):
-            raise LeakwatchError(f"{path}: {where}.{key} {problem} (got {value!r})")
-    return values
-
-
 def validate(raw, path: Path) -> Profile:
     if not isinstance(raw, dict):
         raise LeakwatchError(f"{path}: a profile must be a mapping")
@@ -287,7 +243,7 @@ def validate(raw, path: Path) -> Profile:
                 sections[section] = {}
                 continue
             raise LeakwatchError(f"{path}: missing required key {section!r}")
-        sections[section] = _check_section(raw[section] or {}, schema, section, path)
+        sections[section] = check_section(raw[section] or {}, schema, section, path)
     _check_cross_fields(sections, path)
     return Profile(name=name, description=str(raw.get("description", "")), path=path, **sections)
 
@@ -301,7 +257,7 @@ def _check_cross_fields(s: dict, path: Path) -> None:
     if model["source"] == "converted":
         if "convert" not in model:
             raise LeakwatchError(f"{path}: model.convert (tool, service, output) is required for a converted model")
-        _check_section(model["convert"], CONVERT_SCHEMA, "model.convert", path)
+        check_section(model["convert"], CONVERT_SCHEMA, "model.convert", path)
     elif "convert" in model:
         raise LeakwatchError(f"{path}: model.convert only applies to source: converted")
     if hardware["device"] == "cuda":

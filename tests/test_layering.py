@@ -11,7 +11,8 @@ import leakwatch
 
 PACKAGE = Path(leakwatch.__file__).parent
 
-# The facts and helpers every other module reads: errors, repo paths, durations, stack settings and
+# The facts and helpers every other module reads: errors, repo paths, durations, the config-file
+# schema checker, stack settings and
 # services (ports, jobs, compose hosts, labels), model profiles, the state layout and its secrets,
 # the port helper, the YAML formatter, the Prometheus client and the metric catalogues.
 CORE = {
@@ -19,6 +20,7 @@ CORE = {
     "leakwatch.errors",
     "leakwatch.paths",
     "leakwatch.durations",
+    "leakwatch.config_schema",
     "leakwatch.settings",
     "leakwatch.topology",
     "leakwatch.profiles",

@@ -7,8 +7,8 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from .. import config_schema
+from ..config_schema import INT, NUM, STR, Key, Schema, at_least, duration, fraction, non_negative, positive
 from ..durations import parse_duration as alertmanager_duration
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
@@ -40,25 +40,40 @@ class DrillConfig:
         return production_s / self.time_compression
 
 
+SCHEMA: Schema = {
+    "time_compression": Key(NUM, check=at_least(1)),
+    "scrape_interval_s": Key(NUM, check=positive),
+    "traffic": {
+        "requests_per_day": Key(NUM, check=positive),
+        "control_span": Key(STR, check=duration),
+        "leak_span": Key(STR, check=duration),
+        "warmup_requests": Key(INT, check=non_negative),
+    },
+    "leak": {"bytes_per_request": Key(INT, check=positive), "cgroup_headroom_bytes": Key(INT, check=positive)},
+    "checks": {
+        "max_estimate_error": Key(NUM, check=fraction),
+        "baseline_tolerance_bytes": Key(INT, check=non_negative),
+        "storm_watch_s": Key(NUM, check=non_negative),
+    },
+}
+
+
 def load(path: Path = CONFIG_FILE) -> DrillConfig:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-        t, leak, checks = raw["traffic"], raw["leak"], raw["checks"]
-        return DrillConfig(
-            time_compression=float(raw["time_compression"]),
-            scrape_interval_s=float(raw["scrape_interval_s"]),
-            requests_per_day=float(t["requests_per_day"]),
-            control_span_s=parse_duration(t["control_span"]),
-            leak_span_s=parse_duration(t["leak_span"]),
-            warmup_requests=int(t["warmup_requests"]),
-            bytes_per_request=int(leak["bytes_per_request"]),
-            cgroup_headroom_bytes=int(leak["cgroup_headroom_bytes"]),
-            max_estimate_error=float(checks["max_estimate_error"]),
-            baseline_tolerance_bytes=int(checks["baseline_tolerance_bytes"]),
-            storm_watch_s=float(checks["storm_watch_s"]),
-        )
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise LeakwatchError(f"cannot read the drill settings in {path}: {exc!r}") from None
+    raw = config_schema.load(path, SCHEMA, "the drill settings")
+    t, leak, checks = raw["traffic"], raw["leak"], raw["checks"]
+    return DrillConfig(
+        time_compression=float(raw["time_compression"]),
+        scrape_interval_s=float(raw["scrape_interval_s"]),
+        requests_per_day=float(t["requests_per_day"]),
+        control_span_s=parse_duration(t["control_span"]),
+        leak_span_s=parse_duration(t["leak_span"]),
+        warmup_requests=t["warmup_requests"],
+        bytes_per_request=leak["bytes_per_request"],
+        cgroup_headroom_bytes=leak["cgroup_headroom_bytes"],
+        max_estimate_error=float(checks["max_estimate_error"]),
+        baseline_tolerance_bytes=checks["baseline_tolerance_bytes"],
+        storm_watch_s=float(checks["storm_watch_s"]),
+    )
 
 
 def _seconds(value) -> float:

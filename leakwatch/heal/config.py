@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
+from .. import config_schema
+from ..config_schema import INT, LIST, NUM, STR, Key, Schema, at_least, non_negative, positive
 from ..errors import LeakwatchError
 from ..paths import CONFIG_DIR
 
@@ -59,29 +59,42 @@ class HealerConfig:
         return None
 
 
+NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_:]*$")
+
+
+def _names(value) -> str | None:
+    ok = value and all(isinstance(v, str) and NAME.match(v) for v in value)
+    return None if ok else "must be a non-empty list of Prometheus names"
+
+
+SCHEMA: Schema = {
+    "remediation_label": {
+        "name": Key(STR, check=lambda v: None if NAME.match(v) else "must be a label name"),
+        "value": Key(STR),
+    },
+    "remediable": {"alerts": Key(LIST, check=_names), "jobs": Key(LIST, check=_names)},
+    "cooldown_s": Key(NUM, check=non_negative),
+    "max_restarts_per_hour": Key(INT, check=at_least(1)),
+    "drain": {"idle_wait_s": Key(NUM, check=non_negative), "ready_timeout_s": Key(NUM, check=positive)},
+    "max_body_bytes": Key(INT, check=at_least(1024)),
+    "max_alerts": Key(INT, check=at_least(1)),
+}
+
+
 def load(path: Path = CONFIG_FILE) -> HealerConfig:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-        cfg = HealerConfig(
-            label_name=str(raw["remediation_label"]["name"]),
-            label_value=str(raw["remediation_label"]["value"]),
-            cooldown_s=float(raw["cooldown_s"]),
-            max_restarts_per_hour=int(raw["max_restarts_per_hour"]),
-            idle_wait_s=float(raw["drain"]["idle_wait_s"]),
-            ready_timeout_s=float(raw["drain"]["ready_timeout_s"]),
-            max_body_bytes=int(raw["max_body_bytes"]),
-            max_alerts=int(raw["max_alerts"]),
-            alerts=tuple(str(a) for a in raw["remediable"]["alerts"]),
-            jobs=tuple(str(j) for j in raw["remediable"]["jobs"]),
-        )
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise LeakwatchError(f"cannot read the healer settings in {path}: {exc!r}") from None
-    if cfg.max_restarts_per_hour < 1 or cfg.cooldown_s < 0 or cfg.max_body_bytes < 1024:
-        raise LeakwatchError(f"{path}: max_restarts_per_hour >= 1, cooldown_s >= 0 and max_body_bytes >= 1024 please")
-    name = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_:]*$")
-    if not cfg.alerts or not cfg.jobs or not all(name.match(v) for v in cfg.alerts + cfg.jobs):
-        raise LeakwatchError(f"{path}: remediable.alerts and remediable.jobs must be non-empty lists of names")
-    return cfg
+    raw = config_schema.load(path, SCHEMA, "the healer settings")
+    return HealerConfig(
+        label_name=raw["remediation_label"]["name"],
+        label_value=raw["remediation_label"]["value"],
+        cooldown_s=float(raw["cooldown_s"]),
+        max_restarts_per_hour=raw["max_restarts_per_hour"],
+        idle_wait_s=float(raw["drain"]["idle_wait_s"]),
+        ready_timeout_s=float(raw["drain"]["ready_timeout_s"]),
+        max_body_bytes=raw["max_body_bytes"],
+        max_alerts=raw["max_alerts"],
+        alerts=tuple(raw["remediable"]["alerts"]),
+        jobs=tuple(raw["remediable"]["jobs"]),
+    )
 
 
 def with_targets(cfg: HealerConfig, specs: list[str]) -> HealerConfig:

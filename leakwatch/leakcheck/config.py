@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-import yaml
-
-from ..errors import LeakwatchError
+from .. import config_schema
+from ..config_schema import INT, NUM, Key, Schema, at_least, fraction, in_range, non_negative, positive
 from ..paths import CONFIG_DIR
 
 CONFIG_FILE = CONFIG_DIR / "leak_check.yaml"
@@ -33,26 +32,32 @@ class CheckConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+SCHEMA: Schema = {
+    "verdict": {
+        "confidence": Key(NUM, check=in_range(0.5, 1)),
+        "min_bytes_per_request": Key(NUM, check=non_negative),
+        "min_growth_bytes_per_hour": Key(NUM, check=non_negative),
+        "recent_fraction": Key(NUM, check=fraction),
+        "min_points": Key(INT, check=at_least(3)),
+        "min_requests": Key(NUM, check=non_negative),
+    },
+    "warmup": {"seconds": Key(NUM, check=non_negative), "requests": Key(NUM, check=non_negative)},
+    "sampling": {"max_gap_seconds": Key(NUM, check=positive), "max_points": Key(INT, check=at_least(3))},
+}
+
+
 def load(path: Path = CONFIG_FILE) -> CheckConfig:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-        verdict, warmup, sampling = raw["verdict"], raw["warmup"], raw["sampling"]
-        cfg = CheckConfig(
-            confidence=float(verdict["confidence"]),
-            min_bytes_per_request=float(verdict["min_bytes_per_request"]),
-            min_growth_bytes_per_hour=float(verdict["min_growth_bytes_per_hour"]),
-            recent_fraction=float(verdict["recent_fraction"]),
-            min_points=int(verdict["min_points"]),
-            min_requests=float(verdict["min_requests"]),
-            warmup_seconds=float(warmup["seconds"]),
-            warmup_requests=float(warmup["requests"]),
-            max_gap_seconds=float(sampling["max_gap_seconds"]),
-            max_points=int(sampling["max_points"]),
-        )
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise LeakwatchError(f"cannot read the leak-check thresholds in {path}: {exc!r}") from None
-    if not 0.5 <= cfg.confidence < 1:
-        raise LeakwatchError(f"{path}: verdict.confidence must be in [0.5, 1), not {cfg.confidence}")
-    if not 0 < cfg.recent_fraction <= 1:
-        raise LeakwatchError(f"{path}: verdict.recent_fraction must be in (0, 1], not {cfg.recent_fraction}")
-    return cfg
+    raw = config_schema.load(path, SCHEMA, "the leak-check thresholds")
+    verdict, warmup, sampling = raw["verdict"], raw["warmup"], raw["sampling"]
+    return CheckConfig(
+        confidence=float(verdict["confidence"]),
+        min_bytes_per_request=float(verdict["min_bytes_per_request"]),
+        min_growth_bytes_per_hour=float(verdict["min_growth_bytes_per_hour"]),
+        recent_fraction=float(verdict["recent_fraction"]),
+        min_points=verdict["min_points"],
+        min_requests=float(verdict["min_requests"]),
+        warmup_seconds=float(warmup["seconds"]),
+        warmup_requests=float(warmup["requests"]),
+        max_gap_seconds=float(sampling["max_gap_seconds"]),
+        max_points=sampling["max_points"],
+    )

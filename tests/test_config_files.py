@@ -1,0 +1,71 @@
+"""Every config file read through leakwatch.config_schema: the committed file loads, and a misspelt
+key, a missing one, a wrong type, an impossible value, broken YAML or a missing file is an error that
+names the file and the key (nothing starts half-configured)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from leakwatch.drill import config as drill_config
+from leakwatch.errors import LeakwatchError
+from leakwatch.heal import config as heal_config
+from leakwatch.leakcheck import config as check_config
+
+LOADERS = {
+    "leak_check": check_config,
+    "drill": drill_config,
+    "healer": heal_config,
+}
+
+
+def write(tmp_path, module, change):
+    doc = yaml.safe_load(module.CONFIG_FILE.read_text())
+    change(doc)
+    path = tmp_path / module.CONFIG_FILE.name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_the_committed_file_loads(name):
+    assert LOADERS[name].load() is not None
+
+
+BAD = [
+    ("leak_check", lambda d: d["verdict"].update(confidance=0.9), "unknown key verdict.confidance"),
+    ("leak_check", lambda d: d["verdict"].pop("confidence"), "missing required key verdict.confidence"),
+    ("leak_check", lambda d: d["verdict"].update(confidence=1.5), "verdict.confidence must be in [0.5, 1)"),
+    ("leak_check", lambda d: d["sampling"].update(max_points="many"), "sampling.max_points must be of type int"),
+    ("leak_check", lambda d: d.pop("warmup"), "missing required key warmup"),
+    ("drill", lambda d: d["traffic"].update(leak_span="12 hours"), "traffic.leak_span must be a positive duration"),
+    ("drill", lambda d: d["traffic"].update(leak_span="0s"), "traffic.leak_span must be a positive duration"),
+    ("drill", lambda d: d.update(time_compression=0.5), "time_compression must be >= 1"),
+    ("drill", lambda d: d["leak"].update(bytes_per_request=True), "leak.bytes_per_request must be of type int"),
+    ("drill", lambda d: d.update(traffic=[1]), "'traffic' must be a mapping"),
+    ("healer", lambda d: d["remediable"].update(alerts=[]), "remediable.alerts must be a non-empty list"),
+    ("healer", lambda d: d["remediable"].update(jobs=["bad job"]), "remediable.jobs must be a non-empty list"),
+    ("healer", lambda d: d.update(max_restarts_per_hour=0), "max_restarts_per_hour must be >= 1"),
+    ("healer", lambda d: d.update(max_body_bytes=10), "max_body_bytes must be >= 1024"),
+    ("healer", lambda d: d.update(cooldown=900), "unknown key cooldown; valid keys of 'the file'"),
+    ("healer", lambda d: d["drain"].update(idle_wait_s=None), "drain.idle_wait_s must not be empty"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "message"), BAD)
+def test_a_bad_value_names_the_file_and_the_key(tmp_path, name, change, message):
+    path = write(tmp_path, LOADERS[name], change)
+    with pytest.raises(LeakwatchError) as err:
+        LOADERS[name].load(path)
+    assert str(err.value).startswith(f"{path}: "), err.value
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_broken_yaml_and_a_missing_file_are_clear(tmp_path, name):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("verdict: [unclosed\n")
+    with pytest.raises(LeakwatchError, match="are not valid YAML"):
+        LOADERS[name].load(broken)
+    with pytest.raises(LeakwatchError, match=r"cannot read the .* in .*missing\.yaml: No such file"):
+        LOADERS[name].load(tmp_path / "missing.yaml")
