@@ -81,7 +81,7 @@ def read_yaml(path: Path, what: str) -> Any:
     except OSError as exc:
         raise LeakwatchError(f"cannot read {what} in {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise LeakwatchError(f"{path}: {what} are not valid YAML: {exc}") from None
+        raise LeakwatchError(f"{path}: not valid YAML ({what}): {exc}") from None
 
 
 def check_section(values, schema: Schema, where: str, path: Path) -> dict:

@@ -29,6 +29,7 @@ from .config_schema import (
     non_negative,
     one_of,
     positive,
+    read_yaml,
 )
 from .errors import LeakwatchError
 from .paths import PROFILES_DIR
@@ -189,10 +190,7 @@ def load(name: str, overrides: list[str] | None = None) -> Profile:
     path = PROFILES_DIR / f"{name}.yaml"
     if not name or "/" in name or not path.is_file():
         raise LeakwatchError(f"unknown model profile {name!r}; valid profiles: {', '.join(available())}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise LeakwatchError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml(path, "the model profile")
     if not overrides:
         return validate(raw, path)
     try:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
-
+from . import config_schema
+from .config_schema import DICT, STR, Key, Schema, duration
 from .errors import LeakwatchError
 from .paths import CONFIG_DIR
 
@@ -68,12 +69,47 @@ def _format(value, variables: dict):
     return value.format(**variables) if isinstance(value, str) else value
 
 
+ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _service(spec) -> str | None:
+    """A service: its port and the variable that overrides it, an optional image, and any facts of
+    its own (cpu_image, shutdown_timeout_s, ...)."""
+    if not isinstance(spec, dict):
+        return "must be a mapping"
+    port = spec.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        return f"needs port: a number in 1-65535 (got {port!r})"
+    if not isinstance(spec.get("port_env"), str) or not ENV_NAME.match(spec["port_env"]):
+        return f"needs port_env: an environment variable name such as VLLM_PORT (got {spec.get('port_env')!r})"
+    if "image" in spec and not isinstance(spec["image"], str):
+        return f"image must be a string (got {spec['image']!r})"
+    return None
+
+
+def _services(value) -> str | None:
+    for name, spec in value.items():
+        if problem := _service(spec):
+            return f"{name} {problem}"
+    return None
+
+
+SCHEMA: Schema = {
+    "vllm_version": Key(STR),
+    "bind_address": Key(STR),
+    "prometheus": {
+        "scrape_interval": Key(STR, check=duration),
+        "evaluation_interval": Key(STR, check=duration),
+        "retention": Key(STR, check=duration),
+    },
+    "services": Key(DICT, check=_services),
+    "local_images": Key(DICT, required=False),
+}
+
+
 @cache
 def load(path: Path = STACK_FILE) -> StackSettings:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise LeakwatchError(f"cannot read {path}: {exc}") from None
+    raw = config_schema.load(path, SCHEMA, "the stack settings")
     variables = {"vllm_version": str(raw["vllm_version"])}
     services = {}
     for name, spec in raw["services"].items():

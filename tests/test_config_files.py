@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from leakwatch import settings
 from leakwatch.drill import config as drill_config
 from leakwatch.errors import LeakwatchError
 from leakwatch.heal import config as heal_config
@@ -65,7 +66,27 @@ def test_a_bad_value_names_the_file_and_the_key(tmp_path, name, change, message)
 def test_broken_yaml_and_a_missing_file_are_clear(tmp_path, name):
     broken = tmp_path / "broken.yaml"
     broken.write_text("verdict: [unclosed\n")
-    with pytest.raises(LeakwatchError, match="are not valid YAML"):
+    with pytest.raises(LeakwatchError, match="not valid YAML"):
         LOADERS[name].load(broken)
     with pytest.raises(LeakwatchError, match=r"cannot read the .* in .*missing\.yaml: No such file"):
         LOADERS[name].load(tmp_path / "missing.yaml")
+
+
+STACK_BAD = [
+    (lambda d: d["services"]["vllm"].update(port=70000), "services vllm needs port: a number in 1-65535"),
+    (lambda d: d["services"]["healer"].pop("port_env"), "services healer needs port_env"),
+    (lambda d: d["prometheus"].update(retention="15 days"), "prometheus.retention must be a positive duration"),
+    (lambda d: d.update(vllm_version=0.32), "vllm_version must be of type str"),
+    (lambda d: d.update(bind="0.0.0.0"), "unknown key bind"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), STACK_BAD)
+def test_a_bad_stack_file_names_the_service_and_the_key(tmp_path, change, message):
+    doc = yaml.safe_load(settings.STACK_FILE.read_text())
+    change(doc)
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(LeakwatchError) as err:
+        settings.load(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value), err.value

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import profiles as model_profiles
+from .. import config_schema, profiles as model_profiles
 from ..exporter.server import HEALTH_PATH as EXPORTER_HEALTH_PATH
 from ..generate import yamlfmt
 from ..heal import config as healer_config
@@ -113,7 +113,7 @@ def remediation_route() -> dict:
 
 def kubernetes_thresholds(config: Path = ALERTS_FILE) -> dict:
     """config/alerts.yaml (or another thresholds file) with the chart's selectors and host labels."""
-    raw = yaml.safe_load(Path(config).read_text())
+    raw = config_schema.read_yaml(Path(config), "the alert thresholds")
     raw["selectors"] = identity.rule_selectors(raw.get("selectors") or {})
     raw["host_labels"] = list(identity.HOST_LABELS)
     return raw

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from .. import config_schema
 from ..durations import format_duration, parse_duration
 from ..errors import LeakwatchError
 from ..paths import CONFIG_DIR
@@ -106,10 +105,9 @@ class Thresholds:
 def load(time_scale: float = 1.0, path: Path = ALERTS_FILE) -> Thresholds:
     if not time_scale > 0:
         raise LeakwatchError(f"time_scale must be positive, got {time_scale}")
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise LeakwatchError(f"cannot read {path}: {exc}") from None
+    # Read like every config file; its sections are checked where they are used (Thresholds), as
+    # each alert's keys differ.
+    raw = config_schema.read_yaml(path, "the alert thresholds")
     if not isinstance(raw, dict):
         raise LeakwatchError(f"{path}: expected a mapping")
     for key in ("selectors", "host_labels", "runbook_url", "warmup", "slice_quantile"):
