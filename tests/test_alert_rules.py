@@ -16,7 +16,7 @@ from leakwatch.catalogue import dcgm_metrics, exporter_metrics
 from leakwatch.durations import parse_duration
 from leakwatch.errors import LeakwatchError
 from leakwatch.paths import PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
-from leakwatch.rules import render_rules
+from leakwatch.rules.render import render_rules
 
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml"))

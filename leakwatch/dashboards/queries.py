@@ -9,16 +9,16 @@ from __future__ import annotations
 import math
 import re
 
-from ..topology import CORE_JOBS
+from ..rules import config as alert_config
 
-VLLM_JOB = next(job for job, service in CORE_JOBS.items() if service == "vllm")
-NODE_JOB = next(job for job, service in CORE_JOBS.items() if service == "node_exporter")
+# The scrape jobs' selectors the rules use (config/alerts.yaml), so a renamed job is renamed once.
+_ALERTS = alert_config.load()
 
 # vLLM's own series carry model_name; the dashboards filter them by the model and instance variables.
 VLLM = 'model_name=~"$model", instance=~"$instance"'
 # prometheus_client's process_* and python_gc_* collectors in vLLM describe the API-server process.
-VLLM_PROCESS = f'job="{VLLM_JOB}", instance=~"$instance"'
-NODE = f'job="{NODE_JOB}"'
+VLLM_PROCESS = ", ".join(filter(None, (_ALERTS.selector("vllm"), 'instance=~"$instance"')))
+NODE = _ALERTS.selector("node")
 # The OpenAI API's own endpoints (not /metrics or /health) as vLLM's HTTP instrumentator labels them.
 VLLM_API = f'{VLLM_PROCESS}, handler=~"/v1/.*"'
 GPU = 'gpu=~"$gpu"'

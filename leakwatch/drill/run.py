@@ -38,6 +38,7 @@ from ..native.ports import free_port
 from ..native.runner import NativeStack
 from ..paths import REPO_ROOT
 from ..promapi import Prometheus
+from ..rules import config as alert_config
 from ..settings import load as load_settings
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
@@ -47,7 +48,8 @@ from .phases import PhaseWatcher, RecoveryPhases
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 API_MEMORY = (
-    'sum(leakwatch_process_resident_memory_bytes{role="api_server"}) or sum(process_resident_memory_bytes{job="vllm"})'
+    'sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
+    f" or sum(process_resident_memory_bytes{{{alert_config.load().selector('vllm')}}})"
 )
 
 

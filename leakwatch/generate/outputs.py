@@ -32,7 +32,7 @@ def outputs() -> dict[Path, Callable[[], str]]:
     """Generated file -> function returning its exact content."""
     from ..dashboards.files import generated_files as grafana_files  # needs grafana-foundation-sdk
     from ..helm.chart_files import generated_files as helm_chart_files
-    from ..rules import rule_file_texts
+    from ..rules.render import rule_file_texts
 
     files = {
         REPO_ROOT / "compose.yaml": lambda: yamlfmt.dump(compose_document(), COMPOSE_HEADER),

@@ -132,7 +132,7 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
 
 def _dashboard(text: str) -> str:
     """A compose dashboard with the instance variable replaced by namespace and pod variables."""
-    from ..dashboards.queries import NODE_JOB, VLLM_JOB
+    from ..rules import config as alert_config
 
     board = json.loads(text)
     pod_filter = 'namespace=~"$namespace", pod=~"$pod"'
@@ -150,11 +150,18 @@ def _dashboard(text: str) -> str:
     board.setdefault("templating", {})["list"] = variables
     text = json.dumps(board, indent=2, sort_keys=True)
     text = text.replace('instance=~\\"$instance\\"', pod_filter.replace('"', '\\"'))
-    text = text.replace(f'job=\\"{VLLM_JOB}\\"', f'job=\\"{identity.JOBS["vllm"]}\\"')
-    text = text.replace(f'job=\\"{NODE_JOB}\\"', f'job=\\"{identity.JOBS["node"]}\\"')
+    # The dashboards select the scrape jobs as the rules do (config/alerts.yaml); the chart's jobs differ.
+    compose_selectors, chart_selectors = alert_config.load(), identity.rule_selectors({})
+    for exporter in ("vllm", "node"):
+        text = text.replace(_in_json(compose_selectors.selector(exporter)), _in_json(chart_selectors[exporter]))
     if "$instance" in text:
         raise ValueError("a dashboard query still uses $instance after the Kubernetes rewrite")
     return text + "\n"
+
+
+def _in_json(text: str) -> str:
+    """`text` as it appears inside a JSON string."""
+    return json.dumps(text)[1:-1]
 
 
 def profile_values(profile: model_profiles.Profile, settings: StackSettings | None = None) -> dict:

@@ -14,12 +14,16 @@ import numpy as np
 
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
+from ..rules import config as alert_config
 from .series import MemorySeries, Timeline
 from .window import iso as _iso
 
+# vLLM's process_* series, by the selector the rules use (config/alerts.yaml): a renamed scrape job
+# is renamed there once, for the rules, dashboards, check, report and drill alike.
+VLLM_PROCESS = alert_config.load().selector("vllm")
 # What counts a finished request, restarts and the exporter's warm-up; one series each.
 REQUESTS = "sum(vllm:request_success_total)"
-START_TIME = 'max(process_start_time_seconds{job="vllm"})'
+START_TIME = f"max(process_start_time_seconds{{{VLLM_PROCESS}}})"
 BASELINE_READY = "max(leakwatch_baseline_ready)"
 
 
@@ -48,7 +52,7 @@ HOST_EXPORTER = MemoryQuery(
 HOST_VLLM = MemoryQuery(
     "host",
     ("role",),
-    'label_replace(sum(process_resident_memory_bytes{job="vllm"}), "role", "api_server", "", "")',
+    f'label_replace(sum(process_resident_memory_bytes{{{VLLM_PROCESS}}}), "role", "api_server", "", "")',
     "vLLM process_resident_memory_bytes (API server process only)",
     "max(node_memory_MemAvailable_bytes)",
     "host MemAvailable",

@@ -1,5 +1,2 @@
-"""Prometheus rules generated from config/alerts.yaml (see render.render_rules)."""
-
-from .render import render_rules, rule_file_texts
-
-__all__ = ["render_rules", "rule_file_texts"]
+"""Prometheus rules generated from config/alerts.yaml: `config` reads the thresholds and selectors
+(what `check`, the drill and the dashboards read too), `render` writes the rule files from them."""
