@@ -24,11 +24,19 @@ class Service:
     port_env: str
     image: str | None
     extra: dict
+    health_path: str | None = None  # GET <health_path> answers 200 once the service is ready
 
     @property
     def port(self) -> int:
         """The port, from the service's environment variable when set."""
         return port_from_env(self.port_env, self.default_port)
+
+    @property
+    def ready_path(self) -> str:
+        """Its health_path, for code that checks the service (config/stack.yaml must give one)."""
+        if not self.health_path:
+            raise LeakwatchError(f"{STACK_FILE}: services.{self.name} has no health_path")
+        return self.health_path
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,11 @@ class StackSettings:
 
     def service(self, name: str) -> Service:
         return self.services[name]
+
+
+def ready_path(service: str) -> str:
+    """The service's health path in config/stack.yaml (e.g. vLLM's /health)."""
+    return load().service(service).ready_path
 
 
 def port_from_env(env_name: str, default: int) -> int:
@@ -82,6 +95,8 @@ def _service(spec) -> str | None:
         return f"needs port: a number in 1-65535 (got {port!r})"
     if not isinstance(spec.get("port_env"), str) or not ENV_NAME.match(spec["port_env"]):
         return f"needs port_env: an environment variable name such as VLLM_PORT (got {spec.get('port_env')!r})"
+    if "health_path" in spec and not (isinstance(spec["health_path"], str) and spec["health_path"].startswith("/")):
+        return f"health_path must be a path such as /health (got {spec['health_path']!r})"
     if "image" in spec and not isinstance(spec["image"], str):
         return f"image must be a string (got {spec['image']!r})"
     return None
@@ -119,6 +134,7 @@ def load(path: Path = STACK_FILE) -> StackSettings:
             default_port=int(spec.pop("port")),
             port_env=spec.pop("port_env"),
             image=spec.pop("image", None),
+            health_path=spec.pop("health_path", None),
             extra=spec,
         )
     return StackSettings(

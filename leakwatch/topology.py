@@ -47,7 +47,21 @@ COMPOSE_HOSTS = {
     "dcgm_exporter": "dcgm-exporter",
     "healer": "healer",
     "leakwatch_exporter": "leakwatch-exporter",  # network alias of the selected profile's exporter
+    "docker_socket_proxy": "docker-socket-proxy",
 }
+# Scraped only where a GPU profile runs it (compose finds it by DNS; the chart by its own job).
+DCGM_JOB = "dcgm"
+
+
+def compose_url(settings: StackSettings, service: str) -> str:
+    """A service's URL from another container on the compose network."""
+    return f"http://{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}"
+
+
+def compose_target(settings: StackSettings, service: str) -> dict[str, str]:
+    """The job and instance labels Prometheus gives a service's series under compose."""
+    jobs = {service: job for job, service in CORE_JOBS.items()} | {"dcgm_exporter": DCGM_JOB}
+    return {"instance": f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}", "job": jobs[service]}
 
 
 # The label on every profile's vLLM container: what the healer restarts, and all the socket proxy
@@ -83,6 +97,6 @@ def compose_jobs(settings: StackSettings) -> list[ScrapeJob]:
         for job, service in CORE_JOBS.items()
     ]
     dcgm_port = settings.service("dcgm_exporter").default_port
-    jobs.append(ScrapeJob("dcgm", [], dns_names=(COMPOSE_HOSTS["dcgm_exporter"],), dns_port=dcgm_port))
+    jobs.append(ScrapeJob(DCGM_JOB, [], dns_names=(COMPOSE_HOSTS["dcgm_exporter"],), dns_port=dcgm_port))
     jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(f"{COMPOSE_TARGETS_DIR}/{LOADGEN_FILES}",)))
     return jobs

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import LeakwatchError
 from .native.ports import free_port
+from .settings import ready_path
 
 
 @contextlib.contextmanager
@@ -66,7 +67,7 @@ def running(
 
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+        with urllib.request.urlopen(f"{url}{ready_path('vllm')}", timeout=2) as response:
             return response.status == 200
     except OSError:
         return False

@@ -5,6 +5,7 @@ imports inside functions included, so a lazy import cannot hide a cycle."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import leakwatch
@@ -138,3 +139,29 @@ def test_what_runs_in_production_imports_no_generator():
         if name.startswith(tuple(f"leakwatch.{s}" for s in services))
     }
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
+    """config/stack.yaml's ports and health paths and config/alerts.yaml's job selectors appear,
+    as literals, nowhere in the package outside the core layer (generated files are not Python)."""
+    from leakwatch.rules.config import load as alert_thresholds
+    from leakwatch.settings import load as load_settings
+
+    services = load_settings().services.values()
+    ports = {str(s.default_port) for s in services}
+    paths = {s.health_path for s in services if s.health_path} - {"/metrics"}  # every exporter's, not a fact of ours
+    selectors = {alert_thresholds().selector(e) for e in ("vllm", "node")} - {""}
+    port_in_url = re.compile(r"(?::|port )(\d{2,5})\b")
+    found = []
+    for name, path in sorted(MODULES.items()):
+        if name in CORE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            text = node.value
+            hits = {p for p in port_in_url.findall(text) if p in ports}
+            hits |= {p for p in paths if text == p or f"{p}\"" in text or text.endswith(p)}
+            hits |= {s for s in selectors if s in text}
+            found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
+    assert found == [], "\n".join(found)

@@ -3,7 +3,7 @@ multi-day history (a simulated scenario, an OpenMetrics export, or a Prometheus 
 and reports when each alert first fired.
 
   leakwatch backtest --scenario article_a_vllm --reference
-  leakwatch backtest --prometheus http://127.0.0.1:9090 --start 2024-03-04T00:00:00Z --end 2024-03-11T00:00:00Z
+  leakwatch backtest --prometheus http://prometheus.example --start 2024-03-04T00:00:00Z --end 2024-03-11T00:00:00Z
   leakwatch backtest --openmetrics last-week.om --rules my-rules.yml
 """
 

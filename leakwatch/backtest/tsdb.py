@@ -15,6 +15,7 @@ from ..errors import LeakwatchError
 from ..native.ports import free_port
 from ..native.programs import binary
 from ..promapi import Prometheus
+from ..settings import load as load_settings
 
 
 def create_blocks(files: list[Path], data_dir: Path, jobs: int = 2) -> None:
@@ -73,7 +74,12 @@ class TSDBServer:
             if self.proc.poll() is not None:
                 raise LeakwatchError(f"prometheus exited ({self.proc.returncode}); see {self.log}:\n" + self._tail())
             try:
-                if requests.get(f"{api.base_url}/-/ready", timeout=2).status_code == 200:
+                if (
+                    requests.get(
+                        f"{api.base_url}{load_settings().service('prometheus').ready_path}", timeout=2
+                    ).status_code
+                    == 200
+                ):
                     return api
             except requests.RequestException:
                 pass

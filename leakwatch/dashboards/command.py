@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     validate = sub.add_parser("validate", help="validate dashboard JSON files (default: grafana/dashboards/*.json)")
     validate.add_argument("files", nargs="*", type=Path)
     check = sub.add_parser("check", help="run every panel query against a Prometheus and list empty panels")
-    check.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
+    check.add_argument("--prometheus", required=True, help="base URL, e.g. http://prometheus.example")
     check.add_argument("--gpu", action="store_true", help="also require data from GPU-only panels (DCGM, NVML)")
     check.add_argument("--dashboard", action="append", help="only this dashboard uid (repeatable)")
 

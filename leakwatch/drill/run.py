@@ -39,7 +39,7 @@ from ..native.runner import NativeStack
 from ..paths import REPO_ROOT
 from ..promapi import Prometheus
 from ..rules import config as alert_config
-from ..settings import load as load_settings
+from ..settings import load as load_settings, ready_path
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
 from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
@@ -447,7 +447,7 @@ class Drill:
 
     def _healthy(self) -> bool:
         try:
-            return requests.get(f"{self.url('vllm')}/health", timeout=5).status_code == 200
+            return requests.get(f"{self.url('vllm')}{ready_path('vllm')}", timeout=5).status_code == 200
         except requests.RequestException:
             return False
 

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Port and address defaults come from config/stack.yaml (and their environment overrides) when
     # the command runs, not at import: `leakwatch --help` must not fail on a bad VLLM_PORT.
     where = parser.add_argument_group("where")
+    exporter = load_settings().service("leakwatch_exporter")
     where.add_argument(
         "--vllm-url", help="vLLM's base URL (default http://127.0.0.1:<vllm port from config/stack.yaml>)"
     )
@@ -39,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the URL's (e.g. a published container port); finds the API server process",
     )
     where.add_argument("--listen-address", help="address to serve /metrics on (default: BIND_ADDRESS or 127.0.0.1)")
-    where.add_argument("--port", type=int, help="port to serve /metrics on (default: LEAKWATCH_EXPORTER_PORT or 9405)")
+    where.add_argument(
+        "--port",
+        type=int,
+        help=f"port to serve /metrics on (default: {exporter.port_env} or {exporter.default_port})",
+    )
     where.add_argument("--proc-root", default="/proc", help="procfs to read (default /proc)")
     where.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup filesystem (default /sys/fs/cgroup)")
     where.add_argument(

@@ -10,11 +10,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from ..settings import load as load_settings
 from .collector import VllmMemoryCollector
 
 log = logging.getLogger("leakwatch.exporter")
 
-HEALTH_PATH = "/-/healthy"
+HEALTH_PATH = load_settings().service("leakwatch_exporter").ready_path
 
 
 def make_app(registry: CollectorRegistry):
@@ -31,7 +32,7 @@ def make_app(registry: CollectorRegistry):
             return [b"ok\n"]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"leakwatch exporter: metrics at /metrics, health at /-/healthy\n"]
+            return [f"leakwatch exporter: metrics at /metrics, health at {HEALTH_PATH}\n".encode()]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found\n"]
 

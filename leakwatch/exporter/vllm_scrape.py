@@ -10,6 +10,10 @@ import http.client
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..settings import ready_path
+
+VLLM_HEALTH_PATH = ready_path("vllm")  # 200 only while its engine is alive
+
 REQUESTS_SERVED = "vllm:request_success_total"
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -92,6 +96,6 @@ class VllmScraper:
     def healthy(self) -> bool:
         """vLLM's /health: 200 only while its engine is alive (the API server alone is not enough)."""
         try:
-            return self._get("/health")[0] == 200
+            return self._get(VLLM_HEALTH_PATH)[0] == 200
         except VllmUnreachable:
             return False

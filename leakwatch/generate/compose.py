@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from .. import __version__, profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
-from ..exporter.server import HEALTH_PATH
 from ..settings import StackSettings, load as load_settings
 from ..topology import COMPOSE_HOSTS, compose_jobs
 from . import compose_healer, compose_webauth
@@ -108,7 +107,10 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
         "networks": {"default": {"aliases": ["vllm"]}},
         # Loading (and on CPU, torch.compile) can take over 10 min on a busy host: failed checks in
         # this window do not count; the first passing one makes it healthy at once.
-        "healthcheck": {**_http_check(f"http://localhost:{port}/health", tool="python"), "start_period": "1200s"},
+        "healthcheck": {
+            **_http_check(f"http://localhost:{port}{settings.service('vllm').ready_path}", tool="python"),
+            "start_period": "1200s",
+        },
         "restart": "unless-stopped",
     }
     if profile.needs_gpu:
@@ -158,7 +160,9 @@ def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) 
         "security_opt": ["no-new-privileges:true"],
         "networks": {"default": {"aliases": [COMPOSE_HOSTS["leakwatch_exporter"]]}},
         "ports": [_port(settings, "leakwatch_exporter")],
-        "healthcheck": _http_check(f"http://localhost:{port}{HEALTH_PATH}", tool="python"),
+        "healthcheck": _http_check(
+            f"http://localhost:{port}{settings.service('leakwatch_exporter').ready_path}", tool="python"
+        ),
         "restart": "unless-stopped",
     }
     if profile.needs_gpu:  # NVML needs the devices; it reads, it does not allocate
@@ -187,7 +191,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             # A load test run on the host (`locust -f loadtest/ --prometheus-sd-dir prometheus/targets
             # --prometheus-sd-host host.docker.internal`) is scraped through this name.
             "extra_hosts": ["host.docker.internal:host-gateway"],
-            "healthcheck": _http_check(f"http://localhost:{prom_port}/-/ready"),
+            "healthcheck": _http_check(f"http://localhost:{prom_port}{settings.service('prometheus').ready_path}"),
             "restart": "unless-stopped",
         },
         "alertmanager": {
@@ -202,7 +206,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             # The healer's bearer token for the remediation webhook (alertmanager.yml reads the file).
             "secrets": ["healer_token"],
             "ports": [_port(settings, "alertmanager")],
-            "healthcheck": _http_check(f"http://localhost:{am_port}/-/ready"),
+            "healthcheck": _http_check(f"http://localhost:{am_port}{settings.service('alertmanager').ready_path}"),
             "restart": "unless-stopped",
         },
         "node-exporter": {
@@ -233,7 +237,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             ],
             "ports": [_port(settings, "grafana")],
             "depends_on": {"prometheus": {"condition": "service_healthy"}},
-            "healthcheck": _http_check(f"http://localhost:{grafana_port}/api/health"),
+            "healthcheck": _http_check(f"http://localhost:{grafana_port}{settings.service('grafana').ready_path}"),
             "restart": "unless-stopped",
         },
     }
@@ -256,7 +260,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))
     services["alertmanager"]["secrets"] = [compose_healer.SECRET]
     # Prometheus and Alertmanager behind basic auth (leakwatch/generate/compose_webauth.py).
-    compose_webauth.apply(services, prom_port, am_port)
+    compose_webauth.apply(services, settings)
 
     return {
         "name": "leakwatch",

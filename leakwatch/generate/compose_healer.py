@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from ..paths import REPO_ROOT
 from ..settings import StackSettings
-from ..topology import VLLM_CONTAINER_LABEL
+from ..topology import COMPOSE_HOSTS, VLLM_CONTAINER_LABEL, compose_url
 from . import socket_proxy
 
 SECRET = "healer_token"
 SECRET_FILE = "./secrets/healer-token"  # created by `make up` (compose runner), git-ignored
 SECRET_PATH = f"/run/secrets/{SECRET}"
 PROXY_NETWORK = "docker-api"
-PROXY_HOST = "docker-socket-proxy"
+PROXY_HOST = COMPOSE_HOSTS["docker_socket_proxy"]
 STATE_DIR = "/var/lib/leakwatch-healer"
 
 PROJECT = "leakwatch"  # compose.yaml's `name:`; the proxy's rules and the healer's lookup use it
@@ -48,7 +48,7 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
                 "--restarter",
                 "docker",
                 "--docker-url",
-                f"http://{PROXY_HOST}:{proxy_port}",
+                compose_url(settings, "docker_socket_proxy"),
                 "--container-label",
                 VLLM_CONTAINER_LABEL,
                 "--compose-project",
@@ -66,7 +66,7 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
             "cap_drop": ["ALL"],  # it only speaks HTTP
             "security_opt": ["no-new-privileges:true"],
             "depends_on": {PROXY_HOST: {"condition": "service_started"}},
-            "healthcheck": http_check(f"http://localhost:{port}/healthz", tool="python"),
+            "healthcheck": http_check(f"http://localhost:{port}{settings.service('healer').ready_path}", tool="python"),
             "restart": "unless-stopped",
         },
         PROXY_HOST: {

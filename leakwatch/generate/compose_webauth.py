@@ -6,6 +6,7 @@ proxy and the runner's work there stay separate."""
 from __future__ import annotations
 
 from .. import webauth
+from ..settings import StackSettings
 
 SECRETS_DIR = "./secrets"
 WEB_CONFIG_SECRET = "web_config"
@@ -39,12 +40,13 @@ def _login_check(port: int, path: str) -> dict:
     }
 
 
-def apply(services: dict, prometheus_port: int, alertmanager_port: int) -> None:
-    for name, port in (("prometheus", prometheus_port), ("alertmanager", alertmanager_port)):
+def apply(services: dict, settings: StackSettings) -> None:
+    for name in ("prometheus", "alertmanager"):
         service = services[name]
         service["command"].append(f"--web.config.file={WEB_CONFIG_PATH}")
         service["secrets"] = [*service.get("secrets", []), WEB_CONFIG_SECRET, PASSWORD_SECRET]
-        service["healthcheck"] = _login_check(port, "/-/ready")
+        spec = settings.service(name)
+        service["healthcheck"] = _login_check(spec.default_port, spec.ready_path)
     # Grafana's image exports GF_*__FILE variables with the file's content (its run.sh); the provisioned
     # data sources read that variable (provisioning expands environment variables).
     grafana = services["grafana"]

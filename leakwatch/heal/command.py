@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
-from ..topology import VLLM_CONTAINER_LABEL
+from ..topology import VLLM_CONTAINER_LABEL, compose_url
 from . import config as heal_config, token as heal_token
 from .metrics import HealerMetrics
 from .policy import Policy
@@ -61,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", default="vllm", help="supervisord program to restart (default vllm)")
     parser.add_argument(
         "--docker-url",
-        default="http://docker-socket-proxy:2375",
+        default=compose_url(load_settings(), "docker_socket_proxy"),
         metavar="URL",
-        help="Docker API through the socket proxy (default http://docker-socket-proxy:2375)",
+        help="Docker API through the socket proxy (default: the compose service, %(default)s)",
     )
     parser.add_argument(
         "--container-label",

@@ -103,7 +103,7 @@ def with_targets(cfg: HealerConfig, specs: list[str]) -> HealerConfig:
     for spec in specs:
         job, sep, instance = spec.partition("=")
         if not sep or not job or not instance:
-            raise LeakwatchError(f"--target {spec!r}: expected JOB=INSTANCE, e.g. leakwatch=127.0.0.1:9405")
+            raise LeakwatchError(f"--target {spec!r}: expected JOB=INSTANCE, e.g. leakwatch=10.0.0.7:PORT")
         if job not in cfg.jobs:
             raise LeakwatchError(f"--target {spec!r}: job {job!r} is not in remediable.jobs {list(cfg.jobs)}")
         targets.setdefault(job, []).append(instance)

@@ -116,7 +116,7 @@ class Healer:
             )
             self.metrics.drain_duration.set(timing.stop_s)
             log.info(
-                "%s stopped after %.1fs (in flight at stop: %s); started in %.1fs; waiting for /health",
+                "%s stopped after %.1fs (in flight at stop: %s); started in %.1fs; waiting for vLLM's health check",
                 self.restarter.describe(),
                 timing.stop_s,
                 in_flight,

@@ -6,6 +6,8 @@ import time
 
 import requests
 
+from ..settings import ready_path
+
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
@@ -44,7 +46,7 @@ class VllmProbe:
 
     def healthy(self) -> bool:
         try:
-            return requests.get(f"{self.base_url}/health", timeout=self.timeout_s).status_code == 200
+            return requests.get(f"{self.base_url}{ready_path('vllm')}", timeout=self.timeout_s).status_code == 200
         except requests.RequestException:
             return False
 

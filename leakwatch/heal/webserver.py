@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..settings import load as load_settings
 from .payload import PayloadError, parse
 from .server import WEBHOOK_PATH, Healer, safe
 
@@ -42,7 +43,8 @@ HANDLER_THREADS = 4
 LISTEN_BACKLOG = 512  # the kernel caps it at net.core.somaxconn
 SEND_TIMEOUT_S = 5.0
 SINGLE_HEADERS = ("authorization", "content-length", "content-type", "transfer-encoding", "host")
-HEALTH_PATHS = ("/healthz", "/-/healthy", "/-/ready")
+# Its own (config/stack.yaml) and the exporter's, which the chart's sidecar probes share.
+HEALTH_PATHS = tuple(dict.fromkeys(load_settings().service(s).ready_path for s in ("healer", "leakwatch_exporter")))
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _TARGET = re.compile(r"/[\x21-\x7e]*")

@@ -14,7 +14,6 @@ from pathlib import Path
 import yaml
 
 from .. import config_schema, profiles as model_profiles
-from ..exporter.server import HEALTH_PATH as EXPORTER_HEALTH_PATH
 from ..generate import yamlfmt
 from ..heal import config as healer_config
 from ..heal.server import WEBHOOK_PATH
@@ -73,11 +72,11 @@ def facts(settings: StackSettings | None = None) -> dict:
             "healer": settings.service("healer").default_port,
         },
         "paths": {
-            "vllmHealth": "/health",
+            "vllmHealth": vllm.ready_path,
             "vllmModels": "/v1/models",
             "metrics": "/metrics",
             # The exporter's and the healer's health path (both serve it).
-            "leakwatchHealth": EXPORTER_HEALTH_PATH,
+            "leakwatchHealth": settings.service("leakwatch_exporter").ready_path,
             "healerWebhook": WEBHOOK_PATH,
         },
         "jobs": dict(identity.JOBS),

@@ -41,6 +41,7 @@ import requests
 from .. import demo_model, profiles as model_profiles
 from ..native.ports import free_port
 from ..paths import REPO_ROOT
+from ..settings import ready_path
 from ..shutdown import unwind_on_sigterm
 from . import server_metrics, truth
 from .prompts import CorpusBuilder, fixed_lengths
@@ -97,7 +98,7 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float 
         if proc.poll() is not None:
             raise SystemExit(f"vLLM exited ({proc.returncode}); see {log_path}")
         try:
-            if requests.get(f"{url}/health", timeout=5).status_code == 200:
+            if requests.get(f"{url}{ready_path('vllm')}", timeout=5).status_code == 200:
                 return
         except requests.RequestException:
             pass

@@ -32,7 +32,7 @@ API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
 def api_base_path(url: str) -> str:
-    """The /v1 prefix under the host URL (a host given as http://h:8000/v1 works too)."""
+    """The /v1 prefix under the host URL (a host given with /v1, e.g. http://vllm-host/v1, works too)."""
     path = urlsplit(url).path.rstrip("/")
     return path if path.endswith("/v1") else f"{path}/v1"
 

@@ -35,6 +35,10 @@ import struct
 import time
 from dataclasses import dataclass
 
+from ..settings import ready_path
+
+VLLM_HEALTH_PATH = ready_path("vllm")
+
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
 NONCE = re.compile(r"\[lw-req ([A-Za-z0-9_.:-]+)\]")
 MAX_BODY = 16 * 1024 * 1024
@@ -130,7 +134,7 @@ class ReferenceServer:
                 return await self._send_json(conn, exc.status, {"error": {"message": str(exc), "code": exc.status}})
             await self.stream(conn, request, headers, received)
             return True
-        if path == "/health":
+        if path == VLLM_HEALTH_PATH:
             return await self._send(conn, 200, b"", "text/plain")
         if path == "/v1/models":
             return await self._send_json(

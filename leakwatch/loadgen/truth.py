@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import requests
 
+from ..settings import ready_path
+
 MODEL = "reference"
 # The scripted timings (known distributions): log-normal TTFT, gamma ITL.
 TTFT_MEDIAN_MS = 200.0
@@ -65,7 +67,7 @@ def start(port: int, log_path: Path, seed: int = 0) -> subprocess.Popen:
         if proc.poll() is not None:
             raise SystemExit(f"the reference server exited ({proc.returncode}); see {log_path}")
         try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+            if requests.get(f"{url}{ready_path('vllm')}", timeout=2).status_code == 200:
                 return proc
         except requests.RequestException:
             pass

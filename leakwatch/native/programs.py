@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .. import profiles as model_profiles, vllm_key, webauth
 from ..errors import LeakwatchError
-from ..exporter.server import HEALTH_PATH
 from ..paths import RULES_DIR
 from ..settings import StackSettings
 from .layout import StateLayout
@@ -28,9 +27,8 @@ DEBIAN_BINARIES = {
 @dataclass(frozen=True)
 class Program:
     name: str  # supervisor program name and log file name
-    service: str  # the service in config/stack.yaml whose port it listens on
+    service: str  # the service in config/stack.yaml: its port, and its health_path answers 200 when ready
     command: list[str]
-    health_path: str  # GET on 127.0.0.1:<port><health_path> returns 200 when ready
     environment: dict[str, str] = field(default_factory=dict)
     stop_wait_s: int = 10
     ready_timeout_s: int = 60
@@ -85,7 +83,6 @@ def vllm_program(
         name="vllm",
         service="vllm",
         command=command,
-        health_path="/health",
         environment={**model_profiles.vllm_environment(profile), **(extra_env or {})},
         stop_wait_s=shutdown_timeout + 15,
         ready_timeout_s=600,
@@ -118,7 +115,6 @@ def stack_programs(
                 # alerting. Opt in with PROMETHEUS_ENABLE_LIFECYCLE=1 (docs/healer.md).
                 *(["--web.enable-lifecycle"] if os.environ.get(LIFECYCLE_ENV) == "1" else []),
             ],
-            health_path="/-/ready",
         ),
         Program(
             name="alertmanager",
@@ -133,7 +129,6 @@ def stack_programs(
                 # One instance: no gossip listener on 0.0.0.0.
                 "--cluster.listen-address=",
             ],
-            health_path="/-/ready",
         ),
         Program(
             name="node-exporter",
@@ -142,7 +137,6 @@ def stack_programs(
                 binary("prometheus-node-exporter"),
                 f"--web.listen-address={bind}:{svc('node_exporter').port}",
             ],
-            health_path="/metrics",
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
         exporter_program(settings, layout),
@@ -177,7 +171,6 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--target",
             f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
         ],
-        health_path="/healthz",
     )
 
 
@@ -201,7 +194,6 @@ def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--state-file",
             str(layout.data / "leakwatch-exporter.json"),
         ],
-        health_path=HEALTH_PATH,
     )
 
 

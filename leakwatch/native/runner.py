@@ -193,7 +193,8 @@ class NativeStack:
         host = self.settings.bind_address
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"http://{host}:{self.settings.service(prog.service).port}{prog.health_path}"
+        service = self.settings.service(prog.service)
+        return f"http://{host}:{service.port}{service.ready_path}"
 
     def healthy(self, prog: Program) -> bool:
         url = self._health_url(prog)

@@ -20,14 +20,18 @@ from typing import Protocol
 from ..exporter.derived import DerivedState, Sample
 from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
+from ..settings import load as load_settings
+from ..topology import compose_target
 from .model import GIB, MIB, ROLES, Scenario
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
-VLLM = {"instance": "vllm:8000", "job": "vllm"}
-NODE = {"instance": "node-exporter:9100", "job": "node"}
-DCGM = {"instance": "dcgm-exporter:9400", "job": "dcgm"}
-EXPORTER = {"instance": "leakwatch-exporter:9405", "job": "leakwatch"}
+# Each exporter's series labelled as Prometheus labels them under compose.
+_SETTINGS = load_settings()
+VLLM = compose_target(_SETTINGS, "vllm")
+NODE = compose_target(_SETTINGS, "node_exporter")
+DCGM = compose_target(_SETTINGS, "dcgm_exporter")
+EXPORTER = compose_target(_SETTINGS, "leakwatch_exporter")
 HOSTNAME = "gpu-host"
 # The first and the tenth long request after a start set new records for the allocator's segments.
 RECORD_LONG_REQUESTS = (1, 10)

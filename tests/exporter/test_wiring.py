@@ -23,7 +23,8 @@ def test_native_stack_runs_the_exporter_against_its_vllm(tmp_path, monkeypatch):
     monkeypatch.setenv("LEAKWATCH_EXPORTER_PORT", "19405")
     programs = {p.name: p for p in stack_programs(load_settings(), profiles.load("demo"), StateLayout(tmp_path))}
     exporter = programs["leakwatch-exporter"]
-    assert exporter.service == "leakwatch_exporter" and exporter.health_path == HEALTH_PATH
+    assert exporter.service == "leakwatch_exporter"
+    assert load_settings().service("leakwatch_exporter").health_path == HEALTH_PATH
     command = " ".join(exporter.command)
     assert "-m leakwatch exporter" in command
     assert "--vllm-url http://127.0.0.1:18000" in command and "--port 19405" in command
