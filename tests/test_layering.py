@@ -161,7 +161,7 @@ def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
                 continue
             text = node.value
             hits = {p for p in port_in_url.findall(text) if p in ports}
-            hits |= {p for p in paths if text == p or f"{p}\"" in text or text.endswith(p)}
+            hits |= {p for p in paths if text == p or f'{p}"' in text or text.endswith(p)}
             hits |= {s for s in selectors if s in text}
             found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
     assert found == [], "\n".join(found)
