@@ -61,7 +61,6 @@ def supervised_standin():
         "vllm",
         "vllm",
         [sys.executable, str(STANDIN), str(port), str(layout.root / "starts.log")],
-        "/health",
         stop_wait_s=5,
     )
     layout.supervisord_conf.write_text(supervisor.render_conf(layout, [program], {}))
