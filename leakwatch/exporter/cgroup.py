@@ -3,8 +3,9 @@
 cgroup v2 (memory.current / memory.max) is read where the process's unified hierarchy has the memory
 controller, at <root>/<path> or, on hybrid hosts, <root>/unified/<path>; otherwise cgroup v1's
 memory hierarchy (memory.usage_in_bytes / memory.limit_in_bytes). In compose the exporter runs with
-`cgroup: host`, so the path in /proc/<pid>/cgroup resolves under its /sys/fs/cgroup; as a Kubernetes
-sidecar (private cgroup namespaces) it reads the process's own view through /proc/<pid>/root.
+`cgroup: host`, so the path in /proc/<pid>/cgroup resolves under its /sys/fs/cgroup on v2; on v1, and
+as a Kubernetes sidecar (private cgroup namespaces), it reads the process's own view through
+/proc/<pid>/root.
 """
 
 from __future__ import annotations
@@ -53,9 +54,15 @@ class CgroupReader:
                     return CgroupMemory(usage, None if limit == "max" else int(limit))
         for entry in entries:
             if "memory" in entry.controllers:
-                directory = self._dir("memory", entry.path)
-                if (directory / "memory.usage_in_bytes").exists():
-                    usage = int((directory / "memory.usage_in_bytes").read_text())
-                    limit_bytes = int((directory / "memory.limit_in_bytes").read_text())
+                # Docker on cgroup v1 mounts only a container's own cgroup at /sys/fs/cgroup/memory,
+                # `cgroup: host` or not: the exporter's container lacks vLLM's /docker/<id>, which
+                # vLLM's own mount, through /proc/<pid>/root, shows at its root.
+                own_mount = self.procfs.root / str(pid) / "root" / "sys" / "fs" / "cgroup" / "memory"
+                for directory in (self._dir("memory", entry.path), own_mount):
+                    try:
+                        usage = int((directory / "memory.usage_in_bytes").read_text())
+                        limit_bytes = int((directory / "memory.limit_in_bytes").read_text())
+                    except (FileNotFoundError, PermissionError, NotADirectoryError):
+                        continue
                     return CgroupMemory(usage, None if limit_bytes >= V1_UNLIMITED else limit_bytes)
         return None

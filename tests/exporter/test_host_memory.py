@@ -109,6 +109,26 @@ def test_cgroup_v1_on_a_hybrid_host(tmp_path):
     assert CgroupReader(ProcFS(proc), root).read(100).limit == 8 << 30
 
 
+def test_cgroup_v1_of_vllms_container_seen_from_the_exporters_container(tmp_path):
+    """Docker on cgroup v1 mounts each container's own memory cgroup at /sys/fs/cgroup/memory: the
+    exporter (vLLM's PID namespace) has no /docker/<id> there, and reads vLLM's own mount through
+    /proc/<pid>/root. Seen in the compose end-to-end test: no limit read, so the remediation alert
+    forecast against the host's memory and the container was OOM-killed first."""
+    proc = proc_tree(tmp_path)
+    (proc / "100" / "cgroup").write_text("9:name=systemd:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n")
+    exporters_own = tmp_path / "exporter-cgroup"
+    (exporters_own / "memory").mkdir(parents=True)
+    (exporters_own / "memory" / "memory.usage_in_bytes").write_text("5000\n")  # the exporter's, not vLLM's
+    (exporters_own / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert CgroupReader(ProcFS(proc), exporters_own).read(100) is None
+    vllms = proc / "100" / "root" / "sys" / "fs" / "cgroup" / "memory"
+    vllms.mkdir(parents=True)
+    (vllms / "memory.usage_in_bytes").write_text("3639922688\n")
+    (vllms / "memory.limit_in_bytes").write_text("4373155840\n")
+    memory = CgroupReader(ProcFS(proc), exporters_own).read(100)
+    assert (memory.usage, memory.limit) == (3639922688, 4373155840)
+
+
 def test_cgroup_v2_under_unified_on_a_hybrid_host(tmp_path):
     proc = proc_tree(tmp_path)
     root = tmp_path / "hybrid"
