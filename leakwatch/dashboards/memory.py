@@ -29,7 +29,7 @@ BASELINE_TAKEN = Annotation(
 BURST = "a burst of requests that raised memory, then a quiet spell"
 NOT_GROWING = ((FORECAST_CAP_S, FORECAST_CAP_S * 1000, "not growing"),)
 
-HOST_MEMORY = "leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes"
+HOST_MEMORY = "leakwatch_process_anonymous_memory_bytes + leakwatch_process_swap_bytes"
 HOST_HEADROOM = f"sum(node_memory_MemAvailable_bytes{{{NODE}}}) + sum(node_memory_SwapFree_bytes{{{NODE}}})"
 # Limit of the vLLM container's cgroup, or the host's RAM when the cgroup has none.
 MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_MemTotal_bytes{{{NODE}}})"
@@ -57,7 +57,7 @@ at_a_glance = Row(
             queries=(Query("max(leakwatch_host_memory_growth_per_request_bytes)", "worst role"),),
             no_value="no baseline yet",
             thresholds=levels.GROWTH_PER_REQUEST,
-            description="RSS + swap gained since the post-warm-up baseline divided by requests served since "
+            description="Anonymous memory + swap gained since the post-warm-up baseline divided by requests served since "
             "then, for the worst of API server, EngineCore and workers. Healthy: near 0 B once "
             "warm-up is over; article A's leak was ~6 MB per request.",
         ),
@@ -89,7 +89,7 @@ at_a_glance = Row(
             ),
             thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
-            description="Available RAM + free swap divided by how fast vLLM's processes (RSS + swap, all roles) "
+            description="Available RAM + free swap divided by how fast vLLM's processes (anonymous memory + swap, all roles) "
             "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
         ),
         Panel(
@@ -234,7 +234,7 @@ host_memory = Row(
             width=8,
             queries=(Query("leakwatch_host_memory_growth_bytes", "{{role}}"),),
             base_colour=NEUTRAL,
-            description="RSS + swap now minus at the post-warm-up baseline, per role. Healthy: around 0 B; "
+            description="Anonymous memory + swap now minus at the post-warm-up baseline, per role. Healthy: around 0 B; "
             "linear growth with requests is a leak.",
         ),
         Panel(
@@ -299,7 +299,7 @@ traffic = Row(
             width=12,
             queries=(
                 Query(f"sum(rate(vllm:request_success_total{{{VLLM}}}[$__rate_interval]))", "requests/s"),
-                Query(f"sum({HOST_MEMORY})", "vLLM RSS + swap (all roles)", unit="bytes", right_axis=True),
+                Query(f"sum({HOST_MEMORY})", "vLLM anonymous memory + swap (all roles)", unit="bytes", right_axis=True),
             ),
             base_colour=NEUTRAL,
             description="Article A's correlation: memory that follows the request rate up and never comes "

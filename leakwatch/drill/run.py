@@ -48,7 +48,8 @@ from .phases import PhaseWatcher, RecoveryPhases
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 API_MEMORY = (
-    'sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
+    'sum(leakwatch_process_anonymous_memory_bytes{role="api_server"})'
+    ' or sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
     f" or sum(process_resident_memory_bytes{{{alert_config.load().selector('vllm')}}})"
 )
 

@@ -35,6 +35,7 @@ COLLECTORS = ("discovery", "host_memory", "cgroup", "gpu", "vllm")
 FAMILIES = (
     "leakwatch_processes",
     "leakwatch_process_resident_memory_bytes",
+    "leakwatch_process_anonymous_memory_bytes",
     "leakwatch_process_unique_memory_bytes",
     "leakwatch_process_proportional_memory_bytes",
     "leakwatch_process_swap_bytes",
@@ -231,7 +232,7 @@ class VllmMemoryCollector:
             identity=tree.identity if tree else None,
             vllm=stats,
             healthy=healthy,
-            host=host.resident_plus_swap_by_role() if host is not None else None,
+            host=host.anonymous_plus_swap_by_role() if host is not None else None,
             gpu=dict(gpu.used) if gpu else None,
         )
         if discovered:  # a failed discovery says nothing about restarts or baselines
@@ -271,6 +272,7 @@ class VllmMemoryCollector:
         if snap.host:
             for name, values in (
                 ("leakwatch_process_resident_memory_bytes", snap.host.rss),
+                ("leakwatch_process_anonymous_memory_bytes", snap.host.anonymous),
                 ("leakwatch_process_unique_memory_bytes", snap.host.uss),
                 ("leakwatch_process_proportional_memory_bytes", snap.host.pss),
                 ("leakwatch_process_swap_bytes", snap.host.swap),

@@ -8,8 +8,8 @@ working memory is not part of it); a server that is never idle gets its baseline
 the process counts as a restart; vLLM disappearing drops it too.
 
 Growth per request = (memory now - memory at baseline) / requests served since the baseline, with
-host memory measured as RSS + swap per role (a leak pushed to swap still shows) and GPU memory as the
-device's used memory.
+host memory measured as anonymous memory + swap per role (a leak pushed to swap still shows; file
+pages the kernel drops and faults back in do not) and GPU memory as the device's used memory.
 
 Retention ratio (the articles' vram_retention_ratio, also computed for host memory per role). A burst
 starts at the first sample with a request in flight or the request counter advanced; "before" is the
@@ -40,7 +40,7 @@ class Sample:
     identity: tuple[int, int] | None  # the vLLM API server process; None when none was found
     vllm: VllmStats | None  # None when vLLM's /metrics could not be read
     healthy: bool
-    host: dict[str, int] | None  # role -> RSS + swap; None when unreadable this time
+    host: dict[str, int] | None  # role -> anonymous memory + swap; None when unreadable this time
     gpu: dict[str, int] | None  # device -> used bytes; None without GPU or unreadable
 
     def memory(self) -> dict[MemoryKey, int]:

@@ -1,9 +1,14 @@
 """Host memory of the vLLM processes, summed per role and rank.
 
-RSS and swap come from /proc/<pid>/status (cheap). USS and PSS need /proc/<pid>/smaps_rollup, for
-which the kernel walks every page table of the process: on vLLM's multi-GB workers that is the
-expensive part of a scrape, so those two are re-read at most every `smaps_interval_s` per process and
-served from that cache in between (0 reads them on every scrape).
+RSS, its anonymous part and swap come from /proc/<pid>/status (cheap). The leak measure is anonymous
+memory (RssAnon + RssShmem) plus swap: resident file pages (shared libraries, mmapped weights) are
+dropped by the kernel under memory pressure and faulted back in by the next requests, which looks
+like growth per request on a host short of memory while nothing leaks.
+
+USS and PSS need /proc/<pid>/smaps_rollup, for which the kernel walks every page table of the
+process: on vLLM's multi-GB workers that is the expensive part of a scrape, so those two are re-read
+at most every `smaps_interval_s` per process and served from that cache in between (0 reads them on
+every scrape).
 """
 
 from __future__ import annotations
@@ -21,17 +26,27 @@ RoleRank = tuple[str, str]
 @dataclass
 class HostReading:
     rss: dict[RoleRank, int] = field(default_factory=dict)
+    anonymous: dict[RoleRank, int] = field(default_factory=dict)
     swap: dict[RoleRank, int] = field(default_factory=dict)
     uss: dict[RoleRank, int] = field(default_factory=dict)
     pss: dict[RoleRank, int] = field(default_factory=dict)
 
-    def resident_plus_swap_by_role(self) -> dict[str, int]:
-        """RSS + swap per role: the leak measure, so pages pushed to swap still count."""
+    def anonymous_plus_swap_by_role(self) -> dict[str, int]:
+        """Anonymous memory + swap per role: the leak measure, so pages pushed to swap still count
+        and file pages the kernel drops and reads back do not."""
         totals: dict[str, int] = {}
-        for key, rss in self.rss.items():
+        for key, anonymous in self.anonymous.items():
             if key in self.swap:
-                totals[key[0]] = totals.get(key[0], 0) + rss + self.swap[key]
+                totals[key[0]] = totals.get(key[0], 0) + anonymous + self.swap[key]
         return totals
+
+
+def anonymous_bytes(status: dict[str, int]) -> int:
+    """RssAnon + RssShmem: resident memory only swap can free (shared memory counts: a leaked
+    /dev/shm segment is a leak). Kernels before 4.5 lack the split: all of VmRSS then."""
+    if "RssAnon" not in status:
+        return status.get("VmRSS", 0)
+    return status["RssAnon"] + status.get("RssShmem", 0)
 
 
 class HostMemory:
@@ -70,6 +85,7 @@ class HostMemory:
             live.add((proc.pid, proc.starttime))
             # Kernel threads and zombies have no VmRSS line: they hold no user memory.
             reading.rss[key] = reading.rss.get(key, 0) + status.get("VmRSS", 0)
+            reading.anonymous[key] = reading.anonymous.get(key, 0) + anonymous_bytes(status)
             reading.swap[key] = reading.swap.get(key, 0) + status.get("VmSwap", 0)
             try:
                 smaps = self._smaps_of(proc.pid, proc.starttime)
@@ -82,7 +98,7 @@ class HostMemory:
             reading.uss[key] = reading.uss.get(key, 0) + smaps.uss
             reading.pss[key] = reading.pss.get(key, 0) + smaps.pss
         for key in failed["status"]:
-            for values in (reading.rss, reading.swap, reading.uss, reading.pss):
+            for values in (reading.rss, reading.anonymous, reading.swap, reading.uss, reading.pss):
                 values.pop(key, None)
         for key in failed["smaps"]:
             reading.uss.pop(key, None)

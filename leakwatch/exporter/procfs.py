@@ -41,6 +41,11 @@ class CgroupEntry:
     path: str
 
 
+# RssAnon, RssFile and RssShmem (Linux >= 4.5) split VmRSS: file pages are the ones the kernel can
+# drop and fault back in under memory pressure, so they move without any leak.
+STATUS_FIELDS = ("VmRSS", "VmSwap", "RssAnon", "RssFile", "RssShmem")
+
+
 class ProcFS:
     def __init__(self, root: str | Path = "/proc"):
         self.root = Path(root)
@@ -71,7 +76,7 @@ class ProcFS:
         values = {}
         for line in self._read(pid, "status").splitlines():
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmSwap"):
+            if key in STATUS_FIELDS:
                 values[key] = int(rest.split()[0]) * 1024
         return values
 

@@ -42,9 +42,10 @@ MiB = 1048576
 HOST_EXPORTER = MemoryQuery(
     "host",
     ("role", "rank"),
-    "sum by (role, rank) (leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes)"
+    "sum by (role, rank) (leakwatch_process_anonymous_memory_bytes + leakwatch_process_swap_bytes)"
+    " or sum by (role, rank) (leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes)"
     " or sum by (role, rank) (leakwatch_process_resident_memory_bytes)",
-    "leakwatch exporter: RSS + swap per role",
+    "leakwatch exporter: anonymous memory + swap per role (RSS + swap from exporters before it)",
     "max(leakwatch_cgroup_memory_limit_bytes - leakwatch_cgroup_memory_usage_bytes)"
     " or max(node_memory_MemAvailable_bytes)",
     "cgroup limit, else host MemAvailable",

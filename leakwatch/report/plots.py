@@ -130,7 +130,7 @@ def breakdown(result: CheckResult) -> bytes:
     plt = _pyplot()
     kinds = [k for k in ("host", "gpu", "gpu_process") if any(r.series.kind == k for r in result.series)]
     titles = {
-        "host": "host memory per vLLM process role (RSS + swap)",
+        "host": "host memory per vLLM process role (anonymous memory + swap)",
         "gpu": "GPU memory per device",
         "gpu_process": "GPU memory per device and vLLM process role",
     }

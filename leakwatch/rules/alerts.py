@@ -324,9 +324,9 @@ def host_alerts(ctx: Context) -> list[Alert]:
             + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
             + f"unless {ctx.on_host()} {restarted}",
             h.dur("leak_for"),
-            "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
+            "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
             fill(
-                f"{ROLE} grew {{{{ $value | humanize1024 }}}}B per request served over the last <window> (resident "
+                f"{ROLE} grew {{{{ $value | humanize1024 }}}}B per request served over the last <window> (anonymous "
                 "plus swapped memory, growth in most of its slices) and is above its post-warm-up baseline.",
                 window=h.dur("leak_window"),
             ),
@@ -343,7 +343,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
             + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
             + f"unless {ctx.on_host()} {restarted}",
             h.dur("leak_for"),
-            "A vLLM process's host memory (RSS + swap) grows with the requests it serves.",
+            "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
             f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
             "{{ $value | humanizeDuration }} at this rate. The healer drains and restarts vLLM before the "
             "kernel's OOM killer picks a process.",

@@ -209,10 +209,11 @@ def recording_rules(ctx: Context) -> list[dict]:
     # Level 1: exporters' series in bytes, per card / process role / host.
     record(ctx.gpu_used, f"{ctx.dcgm('DCGM_FI_DEV_FB_USED')} * {MIB}")
     record(ctx.gpu_free, f"{ctx.dcgm('DCGM_FI_DEV_FB_FREE')} * {MIB}")
-    # Resident plus swapped: leaked pages pushed to swap leave RSS flat.
+    # Anonymous plus swapped: leaked pages pushed to swap leave RSS flat, and file pages the kernel
+    # drops under memory pressure and faults back in would look like growth.
     record(
         ctx.process_memory,
-        f"{ctx.exporter('leakwatch_process_resident_memory_bytes')} + {ctx.exporter('leakwatch_process_swap_bytes')}",
+        f"{ctx.exporter('leakwatch_process_anonymous_memory_bytes')} + {ctx.exporter('leakwatch_process_swap_bytes')}",
     )
     record(ctx.swap_used, f"{ctx.node('node_memory_SwapTotal_bytes')} - {ctx.node('node_memory_SwapFree_bytes')}")
     # What the vLLM processes can still take: the host's available memory and free swap, or the

@@ -35,6 +35,8 @@ EXPORTER = compose_target(_SETTINGS, "leakwatch_exporter")
 HOSTNAME = "gpu-host"
 # The first and the tenth long request after a start set new records for the allocator's segments.
 RECORD_LONG_REQUESTS = (1, 10)
+# Resident file pages (libraries, mmapped weights) per process: RSS minus them is the anonymous part.
+FILE_BACKED_BYTES = 240 * MIB
 SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
 
 
@@ -562,6 +564,8 @@ class Simulator:
         for (role, rank), value in rss_now.items():
             labels = self.labels("process", role, rank)
             add((self.tx("leakwatch_process_resident_memory_bytes", labels), round(value)))
+            anonymous = max(0.0, value - FILE_BACKED_BYTES)
+            add((self.tx("leakwatch_process_anonymous_memory_bytes", labels), round(anonymous)))
             add((self.tx("leakwatch_process_unique_memory_bytes", labels), round(max(0.0, value - 250 * MIB))))
             add((self.tx("leakwatch_process_proportional_memory_bytes", labels), round(pss_now[(role, rank)])))
             add((self.tx("leakwatch_process_swap_bytes", labels), round(swap_now[(role, rank)])))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -93,6 +94,17 @@ def test_registering_reads_nothing(make, vllm):
     assert vllm.requests == []
 
 
+def grow(status: Path, part: str, kib: int) -> None:
+    """Adds `kib` to one part of a fixture process's RSS (RssAnon, RssFile or RssShmem) and to VmRSS."""
+    lines = []
+    for line in status.read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", part):
+            line = f"{key}:\t {int(rest.split()[0]) + kib} kB"
+        lines.append(line)
+    status.write_text("\n".join(lines) + "\n")
+
+
 def test_baseline_growth_per_request_and_restart(make, vllm, tmp_path):
     clock = FakeClock()
     _, registry = make(clock=clock, warmup_requests=5)
@@ -107,19 +119,29 @@ def test_baseline_growth_per_request_and_restart(make, vllm, tmp_path):
     assert value("leakwatch_baseline_ready") == 1
     assert value("leakwatch_baseline_timestamp_seconds") == clock.now
     assert value("leakwatch_requests_since_baseline") == 0
-    assert value("leakwatch_host_memory_baseline_bytes", role="api_server") == (600000 + 2048) * KIB
+    # The leak measure: anonymous memory (RssAnon + RssShmem) + swap, not the file pages in RSS.
+    assert value("leakwatch_host_memory_baseline_bytes", role="api_server") == (449900 + 100 + 2048) * KIB
+    assert value("leakwatch_process_anonymous_memory_bytes", role="api_server", rank="") == (449900 + 100) * KIB
     assert value("leakwatch_host_memory_growth_bytes", role="api_server") == 0
     assert value("leakwatch_host_memory_growth_per_request_bytes", role="api_server") is None
 
     # 100 requests later the API server holds 200 MiB more: 2 MiB per request.
-    status = tmp_path / "proc" / "100" / "status"
-    status.write_text(status.read_text().replace("VmRSS:\t 600000 kB", f"VmRSS:\t {600000 + 200 * 1024} kB"))
+    grow(tmp_path / "proc" / "100" / "status", "RssAnon", 200 * 1024)
     vllm.set(served=105)
     clock.advance(5)
     value = Scrape(registry)
     assert value("leakwatch_requests_since_baseline") == 100
     assert value("leakwatch_host_memory_growth_bytes", role="api_server") == 200 * MIB
     assert value("leakwatch_host_memory_growth_per_request_bytes", role="api_server") == 2 * MIB
+    assert value("leakwatch_host_memory_growth_per_request_bytes", role="worker") == 0
+
+    # The worker's file pages, dropped under memory pressure, fault back in over the next 100
+    # requests: its RSS climbs 150 MiB, which is no growth (the CI failure this guards against).
+    grow(tmp_path / "proc" / "103" / "status", "RssFile", 150 * 1024)
+    vllm.set(served=205)
+    clock.advance(5)
+    value = Scrape(registry)
+    assert value("leakwatch_process_resident_memory_bytes", role="worker", rank="0") == (1700000 + 150 * 1024) * KIB
     assert value("leakwatch_host_memory_growth_per_request_bytes", role="worker") == 0
 
     # vLLM restarts: a new API server process (same pid, new start time) and a fresh counter.

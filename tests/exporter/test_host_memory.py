@@ -1,13 +1,21 @@
-"""RSS, swap, USS and PSS per role from fixture /proc trees, and the cgroup readings."""
+"""RSS, its anonymous part, swap, USS and PSS per role from fixture /proc trees (and one real
+process), and the cgroup readings."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
+
 from leakwatch.exporter.cgroup import CgroupReader
 from leakwatch.exporter.discovery import Discovery
-from leakwatch.exporter.host_memory import HostMemory
+from leakwatch.exporter.host_memory import HostMemory, anonymous_bytes
 from leakwatch.exporter.procfs import ProcFS
 
 from .support import KIB, VLLM_PORT, FakeClock, cgroup_tree, proc_tree
+
+MIB = 1 << 20
 
 
 def read(proc, clock=None, interval=60.0):
@@ -33,9 +41,52 @@ def test_sums_per_role_and_rank(tmp_path):
     assert reading.pss[("api_server", "")] == 500000 * KIB
     # USS = private clean + private dirty (+ private hugetlb), as psutil defines it.
     assert reading.uss[("worker", "1")] == (2000 + 1510000) * KIB
-    # The leak measure: RSS + swap per role, workers of all ranks together.
-    assert reading.resident_plus_swap_by_role()["worker"] == (1700000 + 4096 + 1710000) * KIB
-    assert reading.resident_plus_swap_by_role()["api_server"] == (600000 + 2048) * KIB
+    assert reading.anonymous[("worker", "0")] == (1499900 + 100) * KIB  # RssAnon + RssShmem
+    # The leak measure: anonymous memory + swap per role, workers of all ranks together.
+    assert reading.anonymous_plus_swap_by_role()["worker"] == (1500000 + 4096 + 1510000) * KIB
+    assert reading.anonymous_plus_swap_by_role()["api_server"] == (450000 + 2048) * KIB
+
+
+def test_without_the_rss_split_the_measure_is_all_of_rss():
+    """Kernels before 4.5 have no RssAnon line: nothing is left out then."""
+    assert anonymous_bytes({"VmRSS": 5 * KIB, "VmSwap": 0}) == 5 * KIB
+    assert anonymous_bytes({"VmRSS": 5 * KIB, "RssAnon": 3 * KIB, "RssFile": 2 * KIB, "RssShmem": 0}) == 3 * KIB
+
+
+@pytest.mark.integration  # starts a Python child process
+def test_file_pages_of_a_real_process_move_rss_and_not_the_leak_measure(tmp_path):
+    """A real process maps a 64 MiB file and reads it in (what a vLLM process's libraries and
+    mmapped weights do after the kernel dropped them under memory pressure): RSS grows by the
+    file, the anonymous part does not. Then it allocates 64 MiB of heap, which is what a leak is."""
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"w" * (64 * MIB))
+    script = (
+        "import mmap, sys\n"
+        "f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        "print('ready', flush=True); sys.stdin.readline()\n"
+        "total = sum(m[i] for i in range(0, len(m), 4096))\n"
+        "print('mapped', flush=True); sys.stdin.readline()\n"
+        "heap = bytearray(b'x' * (64 << 20))\n"
+        "print('leaked', flush=True); sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    procfs = ProcFS()
+    try:
+        readings = {}
+        for step in ("ready", "mapped", "leaked"):
+            assert child.stdout.readline().strip() == step
+            readings[step] = procfs.status(child.pid)
+            child.stdin.write("\n")
+            child.stdin.flush()
+    finally:
+        child.kill()
+        child.wait()
+    ready, mapped, leaked = readings["ready"], readings["mapped"], readings["leaked"]
+    assert mapped["VmRSS"] - ready["VmRSS"] > 60 * MIB
+    assert abs(anonymous_bytes(mapped) - anonymous_bytes(ready)) < 4 * MIB
+    assert anonymous_bytes(leaked) - anonymous_bytes(mapped) > 60 * MIB
 
 
 def test_smaps_is_cached_for_its_interval(tmp_path):

@@ -95,6 +95,7 @@ def test_roles_counts_and_rss_match_proc(native_stack):
         assert measured == pytest.approx(truth[role], rel=0.01), role
         assert 0 < value("leakwatch_process_proportional_memory_bytes", role=role, rank=rank) <= measured
         assert 0 < value("leakwatch_process_unique_memory_bytes", role=role, rank=rank) <= measured
+        assert 0 < value("leakwatch_process_anonymous_memory_bytes", role=role, rank=rank) <= measured
         assert value("leakwatch_process_swap_bytes", role=role, rank=rank) >= 0
     assert value("leakwatch_vllm_up") == 1
     # The exporter's count of vLLM's series is the real /metrics: within what traffic adds meanwhile.
