@@ -16,6 +16,16 @@ import requests
 from .paths import CONFIG_DIR
 
 METRICS_DIR = CONFIG_DIR / "metrics"
+# The host leak measure of a vLLM process role: anonymous memory plus swap (the exporter's own
+# baseline and growth use the same sum: leakwatch/exporter/host_memory.py). Rules, dashboards and
+# `leakwatch check` build their queries from this one definition.
+HOST_LEAK_MEASURE = ("leakwatch_process_anonymous_memory_bytes", "leakwatch_process_swap_bytes")
+
+
+def host_leak_measure(select=lambda name: name) -> str:
+    """The measure as PromQL, each series passed through `select` (e.g. to add a job selector)."""
+    return " + ".join(select(name) for name in HOST_LEAK_MEASURE)
+
 
 PROMQL_KEYWORDS = {
     "and",

@@ -3,6 +3,7 @@ request, and how long until it runs out. 24 h by default, the articles' memory t
 
 from __future__ import annotations
 
+from ..catalogue import host_leak_measure
 from . import levels
 from .board import Annotation, Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
@@ -29,7 +30,7 @@ BASELINE_TAKEN = Annotation(
 BURST = "a burst of requests that raised memory, then a quiet spell"
 NOT_GROWING = ((FORECAST_CAP_S, FORECAST_CAP_S * 1000, "not growing"),)
 
-HOST_MEMORY = "leakwatch_process_anonymous_memory_bytes + leakwatch_process_swap_bytes"
+HOST_MEMORY = host_leak_measure()
 HOST_HEADROOM = f"sum(node_memory_MemAvailable_bytes{{{NODE}}}) + sum(node_memory_SwapFree_bytes{{{NODE}}})"
 # Limit of the vLLM container's cgroup, or the host's RAM when the cgroup has none.
 MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_MemTotal_bytes{{{NODE}}})"

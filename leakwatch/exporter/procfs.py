@@ -41,9 +41,9 @@ class CgroupEntry:
     path: str
 
 
-# RssAnon, RssFile and RssShmem (Linux >= 4.5) split VmRSS: file pages are the ones the kernel can
-# drop and fault back in under memory pressure, so they move without any leak.
-STATUS_FIELDS = ("VmRSS", "VmSwap", "RssAnon", "RssFile", "RssShmem")
+# RssAnon and RssShmem (Linux >= 4.5) are VmRSS without its file pages, the ones the kernel can drop
+# and fault back in under memory pressure, so they move without any leak.
+STATUS_FIELDS = ("VmRSS", "VmSwap", "RssAnon", "RssShmem")
 
 
 class ProcFS:

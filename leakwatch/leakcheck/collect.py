@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..catalogue import host_leak_measure
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..rules import config as alert_config
@@ -42,7 +43,7 @@ MiB = 1048576
 HOST_EXPORTER = MemoryQuery(
     "host",
     ("role", "rank"),
-    "sum by (role, rank) (leakwatch_process_anonymous_memory_bytes + leakwatch_process_swap_bytes)"
+    f"sum by (role, rank) ({host_leak_measure()})"
     " or sum by (role, rank) (leakwatch_process_resident_memory_bytes + leakwatch_process_swap_bytes)"
     " or sum by (role, rank) (leakwatch_process_resident_memory_bytes)",
     "leakwatch exporter: anonymous memory + swap per role (RSS + swap from exporters before it)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..catalogue import host_leak_measure
 from ..durations import format_duration, parse_duration
 from .config import MIB, Thresholds, number
 from .promql import by, on, sel
@@ -213,7 +214,7 @@ def recording_rules(ctx: Context) -> list[dict]:
     # drops under memory pressure and faults back in would look like growth.
     record(
         ctx.process_memory,
-        f"{ctx.exporter('leakwatch_process_anonymous_memory_bytes')} + {ctx.exporter('leakwatch_process_swap_bytes')}",
+        host_leak_measure(ctx.exporter),
     )
     record(ctx.swap_used, f"{ctx.node('node_memory_SwapTotal_bytes')} - {ctx.node('node_memory_SwapFree_bytes')}")
     # What the vLLM processes can still take: the host's available memory and free swap, or the
