@@ -112,6 +112,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "trust_remote_code": Key(BOOL),
         "block_size": Key(INT, required=False, check=positive),
         "cpu_kv_cache_space_gib": Key(NUM, required=False, check=positive),
+        "cpu_onednn_primitive_cache_capacity": Key(INT, required=False, check=non_negative),
         "extra_args": Key(LIST, required=False, check=list_of(str)),
     },
     "generation": {key: Key(NUM, required=False) for key in GENERATION_KEYS},
@@ -264,6 +265,9 @@ def _check_cross_fields(s: dict, path: Path) -> None:
                 raise LeakwatchError(f"{path}: {section}.{key} is required for a GPU (cuda) profile")
         if hardware["gpu_count"] < 1:
             raise LeakwatchError(f"{path}: hardware.gpu_count must be >= 1 for a GPU (cuda) profile")
+        for key in ("cpu_kv_cache_space_gib", "cpu_onednn_primitive_cache_capacity"):
+            if key in vllm:
+                raise LeakwatchError(f"{path}: vllm.{key} only applies to a CPU profile (hardware.device: cpu)")
     elif "cpu_kv_cache_space_gib" not in vllm:
         raise LeakwatchError(f"{path}: vllm.cpu_kv_cache_space_gib is required for a CPU profile")
     if arch["quantizable_parameters"] > arch["parameters"]:
@@ -329,4 +333,8 @@ def vllm_environment(profile: Profile) -> dict[str, str]:
     env = {"HF_HUB_OFFLINE": "1"} if profile.source == "demo" else {}
     if profile.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(profile.vllm.get("cpu_kv_cache_space_gib", 1))
+        if "cpu_onednn_primitive_cache_capacity" in profile.vllm:
+            # oneDNN keeps every GEMM primitive it compiled, one per (layer, batch size) up to 1024 by
+            # default: a CPU worker's memory climbs for hours of traffic and reads as a leak.
+            env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(profile.vllm["cpu_onednn_primitive_cache_capacity"])
     return env

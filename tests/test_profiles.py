@@ -135,10 +135,26 @@ def _broken(name: str, change) -> str:
         (lambda d: d["client"].update(stop_token_ids=["</s>"]), "client.stop_token_ids must be a list of int"),
         (lambda d: d.update(vllm_args={}), "unknown top-level key 'vllm_args'"),
         (lambda d: d.update(name="janeway"), "name 'janeway' must match the file name"),
+        (
+            lambda d: d["vllm"].update(cpu_onednn_primitive_cache_capacity=64),
+            "vllm.cpu_onednn_primitive_cache_capacity only applies to a CPU profile",
+        ),
     ],
 )
 def test_schema_mistakes_are_named(change, message):
     assert message in _broken("janeway-13b-4090d", change)
+
+
+def test_a_negative_onednn_cache_capacity_is_named():
+    message = _broken("demo", lambda d: d["vllm"].update(cpu_onednn_primitive_cache_capacity=-1))
+    assert "vllm.cpu_onednn_primitive_cache_capacity must be >= 0" in message
+
+
+def test_the_cpu_profile_bounds_onednns_primitive_cache_in_every_runner():
+    """compose, the native runner and the chart all take vLLM's environment from this one function."""
+    env = profiles.vllm_environment(profiles.load("demo"))
+    assert env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(raw("demo")["vllm"]["cpu_onednn_primitive_cache_capacity"])
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in profiles.vllm_environment(profiles.load("janeway-13b-4090d"))
 
 
 def test_engine_args_pin_the_revision_of_hub_models():
