@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from .. import vllm_key, webauth
+from .. import vllm_key, vllm_warmup, webauth
 from ..errors import LeakwatchError
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
@@ -122,6 +122,9 @@ class DrillStack(NativeStack):
                     f"{max(60.0 / self.compression, 1.0):g}",
                     "--baseline-idle-wait",
                     f"{max(60.0 / self.compression, 2.0):g}",
+                    # The baseline comes after the warm-up's batch-size sweep, not in one of its pauses.
+                    "--warmup-requests",
+                    str(vllm_warmup.SWEEP_REQUESTS),
                 ]
                 prog = dataclasses.replace(prog, command=[*prog.command, *extra])
             out.append(prog)
@@ -207,6 +210,8 @@ class Drill:
         )
 
     def warm_up(self) -> None:
+        # vLLM's per-batch-size caches first: filling them during the control phase reads as a leak.
+        vllm_warmup.sweep_batch_sizes(self.url("vllm"), "demo")
         rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
             resp = requests.post(

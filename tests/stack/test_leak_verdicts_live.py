@@ -22,6 +22,7 @@ import time
 import pytest
 import requests
 
+from leakwatch import vllm_warmup
 from leakwatch.drill import engine_leak, leak_middleware
 from leakwatch.leakcheck.command import add_arguments, run_check
 
@@ -57,6 +58,9 @@ def stack(tmp_path_factory):
             "PYTHONPATH": engine_leak.pythonpath(plugin_parent),
         },
     ) as running:
+        # vLLM's per-batch-size caches filled before any window: otherwise the bursts' new batch sizes
+        # grow the worker, and CI got LEAK for host/worker/0, where nothing was injected.
+        vllm_warmup.sweep_batch_sizes(running.vllm_url, running.model)
         for i in range(12):  # the exporter's warm-up, on the path nothing leaks on
             chat(running, i, leak_in=None)
         running.prometheus.wait_for("max(leakwatch_baseline_ready) == 1", timeout=300)
