@@ -56,6 +56,7 @@ FAMILIES = (
     "leakwatch_gpu_memory_growth_per_request_bytes",
     "leakwatch_vram_retention_ratio",
     "leakwatch_host_memory_retention_ratio",
+    "leakwatch_retention_bursts_rated_total",
     "leakwatch_vllm_restarts_total",
     "leakwatch_vllm_up",
     "leakwatch_vllm_metrics_series",
@@ -309,6 +310,7 @@ class VllmMemoryCollector:
         derived = self.derived
         baseline = derived.baseline
         f("leakwatch_baseline_ready").add(1 if baseline else 0)
+        f("leakwatch_retention_bursts_rated_total").add(derived.retention.rated_bursts)
         for (kind, key), ratio in sorted(derived.retention.ratios.items()):
             if kind == "gpu":
                 f("leakwatch_vram_retention_ratio").add(ratio, gpu=key)

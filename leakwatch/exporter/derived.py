@@ -70,6 +70,7 @@ class Retention:
     idle_s: float
     min_gain_bytes: int
     ratios: dict[MemoryKey, float] = field(default_factory=dict)
+    rated_bursts: int = 0  # bursts that produced at least one ratio; a counter, kept across resets
     _idle_memory: dict[MemoryKey, int] | None = None
     _burst: _Burst | None = None
 
@@ -98,12 +99,15 @@ class Retention:
         if now - burst.idle_since < self.idle_s:
             return
         if burst.seen_in_flight:
+            rated = False
             for key, before in burst.before.items():
                 if key not in memory:
                     continue
                 gain = burst.peak[key] - before
                 if gain > 0 and gain >= self.min_gain_bytes:
                     self.ratios[key] = min(1.0, max(0.0, (memory[key] - before) / gain))
+                    rated = True
+            self.rated_bursts += rated
         self._burst = None
         self._idle_memory = memory
 

@@ -101,6 +101,18 @@ def test_retention_of_a_leak_is_one_and_of_released_memory_near_zero():
     served = burst(state, 100, before=700 * MIB, peak=800 * MIB, after=710 * MIB, served0=served)
     state.update(sample(134, served, host={"api_server": 710 * MIB}))
     assert abs(state.retention.ratios[("host", "api_server")] - 0.1) < 1e-9
+    assert state.retention.rated_bursts == 2
+
+
+def test_two_leaking_bursts_in_a_row_are_told_apart_by_the_rated_count():
+    """Both read 1: only the count says a second burst was rated (what a scraper waits on)."""
+    state = DerivedState(warmup_requests=0, retention_idle_s=10, retention_min_gain_bytes=8 * MIB)
+    served = burst(state, 0, before=600 * MIB, peak=700 * MIB, after=700 * MIB, idle_s=10)
+    state.update(sample(14, served, host={"api_server": 700 * MIB}))
+    assert (state.retention.ratios[("host", "api_server")], state.retention.rated_bursts) == (1.0, 1)
+    served = burst(state, 50, before=700 * MIB, peak=800 * MIB, after=800 * MIB, idle_s=10, served0=served)
+    state.update(sample(64, served, host={"api_server": 800 * MIB}))
+    assert (state.retention.ratios[("host", "api_server")], state.retention.rated_bursts) == (1.0, 2)
 
 
 def test_retention_is_clamped_and_noise_bursts_leave_it_unchanged():
@@ -112,6 +124,7 @@ def test_retention_is_clamped_and_noise_bursts_leave_it_unchanged():
     served = burst(state, 50, before=550 * MIB, peak=551 * MIB, after=551 * MIB, idle_s=10, served0=served)
     state.update(sample(64, served, host={"api_server": 551 * MIB}))
     assert state.retention.ratios[("host", "api_server")] == 0.0
+    assert state.retention.rated_bursts == 1
 
 
 def test_a_burst_no_sample_saw_in_flight_has_no_ratio():
@@ -120,6 +133,7 @@ def test_a_burst_no_sample_saw_in_flight_has_no_ratio():
     state.update(sample(1, 40, host={"api_server": 640 * MIB}))  # 30 requests came and went
     state.update(sample(7, 40, host={"api_server": 640 * MIB}))
     assert state.retention.ratios == {}
+    assert state.retention.rated_bursts == 0
 
 
 def test_more_traffic_during_the_idle_wait_extends_the_burst():
@@ -144,3 +158,4 @@ def test_gpu_and_host_ratios_side_by_side_and_a_restart_clears_them():
     assert state.retention.ratios == {("host", "worker"): 0.5, ("gpu", "0"): 1.0}
     state.update(sample(4, 0, identity=(7, 7), **mem(100, 1000)))
     assert state.retention.ratios == {}
+    assert state.retention.rated_bursts == 1  # a counter: a restart does not take it back
