@@ -18,6 +18,18 @@ pytestmark = pytest.mark.integration  # starts other programs (see the markers i
 LEAKWATCH = str(Path(sys.executable).with_name("leakwatch"))
 
 
+def _child_named(parent: psutil.Process, name: str) -> psutil.Process | None:
+    """A child process called `name`; children that exit while being looked at (the backtest runs
+    short-lived promtool commands too) are skipped, not an error."""
+    for child in parent.children():
+        try:
+            if child.name() == name:
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
 def test_sigterm_during_a_backtest_stops_its_prometheus_and_removes_its_work_folder():
     # Two weeks of history: minutes of queries, so the signal lands while Prometheus runs.
     proc = subprocess.Popen(
@@ -31,7 +43,7 @@ def test_sigterm_during_a_backtest_stops_its_prometheus_and_removes_its_work_fol
         prometheus = None
         deadline = time.monotonic() + 300
         while prometheus is None and proc.poll() is None and time.monotonic() < deadline:
-            prometheus = next((p for p in command.children() if p.name() == "prometheus"), None)
+            prometheus = _child_named(command, "prometheus")
             time.sleep(0.2)
         assert prometheus is not None, "the backtest's Prometheus never started"
         workdir = next(arg.split("=", 1)[1] for arg in prometheus.cmdline() if arg.startswith("--storage.tsdb.path="))
