@@ -20,6 +20,7 @@ import requests
 
 from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
+from leakwatch.drill import leak_middleware
 from leakwatch.native.ports import free_port
 
 from ..conftest import running_native_stack
@@ -28,14 +29,14 @@ from ..exporter.support import Scraped
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 MIB = 1 << 20
-LEAK_BYTES = 2 * MIB  # what the middleware keeps per /v1 request: the truth
+LEAK_BYTES = 2 * MIB  # what the middleware keeps per /v1/completions request: the truth
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
 SAMPLE_INTERVAL_S = 0.5
 RETENTION_IDLE_S = 3  # the exporter under test closes a burst after this long without traffic
 # A burst is rated against the idle memory before it, so the warm-up's own burst must be closed
-# first: otherwise the two merge and the warm-up's growth (the API server's first long chat prompts
-# add ~300 MB once) reads as retained by the measured burst. Closing takes RETENTION_IDLE_S of idle
-# samples, which a loaded host takes late; twice that plus a margin.
+# first: otherwise the two merge and what the warm-up grew reads as retained by the measured burst.
+# Closing takes RETENTION_IDLE_S of idle samples, which a loaded host takes late; twice that plus a
+# margin.
 IDLE_BEFORE_BURST_S = 2 * RETENTION_IDLE_S + 2
 BURST_CONCURRENCY = 16
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
@@ -56,7 +57,12 @@ def leaky_stack():
     with running_native_stack(
         "lw-leak-",
         vllm_extra_args=["--middleware", MIDDLEWARE],
-        vllm_extra_env={"LEAKWATCH_LEAK_BYTES_PER_REQUEST": str(LEAK_BYTES), "LEAKWATCH_LEAK_MODE": "keep"},
+        vllm_extra_env={
+            leak_middleware.BYTES_ENV: str(LEAK_BYTES),
+            leak_middleware.MODE_ENV: "keep",
+            # The bursts below are completions; the warm-up's chat requests must not leak.
+            leak_middleware.PREFIX_ENV: "/v1/completions",
+        },
     ) as stack:
         yield stack
 
