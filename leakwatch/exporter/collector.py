@@ -19,7 +19,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .cgroup import CgroupMemory, CgroupReader
-from .derived import DerivedState, Sample
+from .derived import (
+    BASELINE_IDLE_WAIT_S,
+    RETENTION_IDLE_S,
+    RETENTION_MIN_GAIN_BYTES,
+    WARMUP_REQUESTS,
+    DerivedState,
+    Sample,
+)
 from .discovery import DEFAULT_TITLE_PREFIX, ROLES, Discovery, VllmTree
 from .gpu import Gpu, GpuReadError, GpuReading, import_pynvml
 from .host_memory import HostMemory, HostReading
@@ -71,10 +78,10 @@ class ExporterConfig:
     # The port vLLM listens on inside its own network namespace; the URL's port when None.
     vllm_listen_port: int | None = None
     title_prefix: str = DEFAULT_TITLE_PREFIX
-    warmup_requests: int = 10
-    baseline_idle_wait_s: float = 60.0
-    retention_idle_s: float = 30.0
-    retention_min_gain_bytes: int = 8 << 20
+    warmup_requests: int = WARMUP_REQUESTS
+    baseline_idle_wait_s: float = BASELINE_IDLE_WAIT_S
+    retention_idle_s: float = RETENTION_IDLE_S
+    retention_min_gain_bytes: int = RETENTION_MIN_GAIN_BYTES
     smaps_interval_s: float = 60.0
     vllm_timeout_s: float = 5.0
     # Keeps the restart count and the baseline across exporter restarts; None: in memory only.

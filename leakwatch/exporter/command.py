@@ -62,29 +62,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tuning.add_argument(
         "--warmup-requests",
         type=int,
-        default=10,
-        help="requests vLLM must have served since it started before the baseline (default 10)",
+        default=ExporterConfig.warmup_requests,
+        help="requests vLLM must have served since it started before the baseline (default %(default)s)",
     )
     tuning.add_argument(
         "--baseline-idle-wait",
         type=float,
-        default=60.0,
+        default=ExporterConfig.baseline_idle_wait_s,
         metavar="SECONDS",
-        help="after warm-up, wait at most this long for an idle moment to take the baseline (default 60)",
+        help="after warm-up, wait at most this long for an idle moment to take the baseline (default %(default)g)",
     )
     tuning.add_argument(
         "--retention-idle",
         type=float,
-        default=30.0,
+        default=ExporterConfig.retention_idle_s,
         metavar="SECONDS",
-        help="idle time after a burst before its retention ratio is computed (default 30)",
+        help="idle time after a burst before its retention ratio is computed (default %(default)g)",
     )
     tuning.add_argument(
         "--retention-min-gain",
         type=float,
-        default=8.0,
+        default=ExporterConfig.retention_min_gain_bytes / (1 << 20),
         metavar="MIB",
-        help="bursts that gained less memory than this leave the ratio unchanged (default 8 MiB)",
+        help="bursts that gained less memory than this leave the ratio unchanged (default %(default)g MiB)",
     )
     tuning.add_argument(
         "--sample-interval",

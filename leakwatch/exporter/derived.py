@@ -118,13 +118,20 @@ class Retention:
                 burst.peak[key] = max(burst.peak[key], value)
 
 
+# The exporter's tuning defaults (ExporterConfig and the CLI read these; docs/exporter.md explains them).
+WARMUP_REQUESTS = 10  # requests served since vLLM started before a baseline is taken
+BASELINE_IDLE_WAIT_S = 60.0
+RETENTION_IDLE_S = 30.0
+RETENTION_MIN_GAIN_BYTES = 8 << 20
+
+
 class DerivedState:
     def __init__(
         self,
-        warmup_requests: int = 10,
-        baseline_idle_wait_s: float = 60.0,
-        retention_idle_s: float = 30.0,
-        retention_min_gain_bytes: int = 8 << 20,
+        warmup_requests: int = WARMUP_REQUESTS,
+        baseline_idle_wait_s: float = BASELINE_IDLE_WAIT_S,
+        retention_idle_s: float = RETENTION_IDLE_S,
+        retention_min_gain_bytes: int = RETENTION_MIN_GAIN_BYTES,
     ):
         self.warmup_requests = warmup_requests
         self.baseline_idle_wait_s = baseline_idle_wait_s
