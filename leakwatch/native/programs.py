@@ -15,6 +15,7 @@ from ..settings import StackSettings
 from .layout import StateLayout
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
+ORPHAN_REAPER = "leakwatch.native.orphan_reaper"
 
 # Debian package that provides each binary, for the error message when one is missing.
 DEBIAN_BINARIES = {
@@ -68,6 +69,8 @@ def vllm_program(
         ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else ["-m", "vllm.entrypoints.openai.api_server"]
     )
     command = [
+        # No process of vLLM outlives its API server (an orphaned EngineCore keeps its memory): orphan_reaper.py.
+        *(sys.executable, "-m", ORPHAN_REAPER, "--"),
         sys.executable,
         *launcher,
         *model_profiles.vllm_engine_args(profile, str(model_path(profile, layout))),

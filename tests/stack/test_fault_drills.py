@@ -1,26 +1,30 @@
-"""Fault drills on the real native stack (one stack for the module): kill -9 of vLLM's EngineCore ->
-supervised restart and the exporter re-discovers the processes and takes a new baseline; a Prometheus
-restart keeps its TSDB and the firing Watchdog fires again; an Alertmanager restart keeps its
-silences (storage on disk). Everything through the stack's basic auth."""
+"""Fault drills on the real native stack (one stack for the module): kill -9 of vLLM's EngineCore, its
+worker or its API server -> supervised restart, nothing of the old process tree left, and the
+exporter re-discovers the processes and takes a new baseline; a Prometheus restart keeps its TSDB
+and the firing Watchdog fires again; an Alertmanager restart keeps its silences (storage on disk).
+Everything through the stack's basic auth."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from datetime import datetime, timedelta, timezone
 
+import psutil
 import pytest
 import requests
 
 from leakwatch import webauth
+from leakwatch.exporter.derived import WARMUP_REQUESTS
 from leakwatch.native.runner import NativeStack
 from leakwatch.promapi import Prometheus
 
 from ..conftest import environ, running_native_stack
 from ..healer_support import wait_for
 
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
+# One stack for the module (its own xdist group: the kills restart its vLLM three times).
+pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.xdist_group("fault_drills_stack")]
+VLLM_PROGRAM = "vllm"  # supervisord's program name (leakwatch/native/programs.py)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +66,6 @@ def test_alertmanager_restart_keeps_its_silences(stack):
     assert kept.status_code == 200 and kept.json()["status"]["state"] == "active", kept.text
 
 
-# pending (issue 15): not yet passed on main; `make test-pending` runs it.
-@pytest.mark.pending
 def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     with environ(stack.env):
         prom = Prometheus(stack.url("prometheus"))
@@ -92,37 +94,64 @@ def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     )
 
 
-# pending (issue 15): not yet passed on main; `make test-pending` runs it.
-@pytest.mark.pending
+# EngineCore and the worker, below the API server, are titled by vLLM.
+TITLES = {"engine_core": "VLLM::EngineCor", "worker": "VLLM::Worker"}
+
+
+def vllm_processes(stack) -> dict[str, list[psutil.Process]]:
+    """By role; the supervised program is leakwatch/native/orphan_reaper.py, the API server its child."""
+    reaper = psutil.Process(rpc(stack).getProcessInfo(VLLM_PROGRAM)["pid"])
+    api = [p for p in reaper.children() if "vllm.entrypoints" in " ".join(p.cmdline())]
+    children = [c for p in api for c in p.children(recursive=True)]
+    found = {"api_server": api}
+    for role, title in TITLES.items():
+        found[role] = [p for p in children if p.name().startswith(title)]
+    return found
+
+
+def serving(stack) -> bool:
+    try:
+        return requests.get(f"{stack.vllm_url}/health", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
 @pytest.mark.timeout(2400)  # vLLM restarts slowly on a loaded 2-core machine
-def test_kill_9_of_enginecore_restarts_vllm_and_the_exporter_takes_a_new_baseline(stack):
+@pytest.mark.parametrize("role", ["engine_core", "worker", "api_server"])
+def test_kill_9_of_a_vllm_process_restarts_vllm_and_the_exporter_takes_a_new_baseline(stack, role):
+    """kill -9 of one process of vLLM's tree: vLLM's own watchdog stops the API server when EngineCore
+    or the worker is gone, supervisord starts the program again, nothing of the old tree is left
+    behind (an orphaned EngineCore or worker keeps its memory), and the exporter sees one process per
+    role, counts the restart and takes a new baseline after its warm-up."""
     with environ(stack.env):
-        procs = NativeStack().processes()
         prom = Prometheus(stack.url("prometheus"))
-    engine = [p for p in procs if p.name().startswith("VLLM::EngineCor")]
-    assert len(engine) == 1, [p.name() for p in procs]
-    old = {p.pid for p in procs}
+    before = vllm_processes(stack)
+    assert all(len(procs) == 1 for procs in before.values()), before
+    old = [p for procs in before.values() for p in procs]
     restarts_before = prom.scalar("sum(leakwatch_vllm_restarts_total)") or 0
     killed_at = time.time()
-    os.kill(engine[0].pid, signal.SIGKILL)
+    before[role][0].send_signal(signal.SIGKILL)
 
-    def back() -> bool:
-        try:
-            healthy = requests.get(f"{stack.vllm_url}/health", timeout=5).status_code == 200
-        except requests.RequestException:
+    def restarted() -> bool:
+        if not serving(stack):
             return False
-        with environ(stack.env):
-            new_engine = [p for p in NativeStack().processes() if p.name().startswith("VLLM::EngineCor")]
-        return healthy and bool(new_engine) and new_engine[0].pid not in old
+        now = vllm_processes(stack)
+        return all(len(now[r]) == 1 and now[r][0] not in old for r in now)
 
-    wait_for(back, timeout=900, interval=2, what="vLLM restarted by supervisord with a new EngineCore")
-    for i in range(6):  # the exporter's warm-up before it takes a baseline
+    wait_for(restarted, timeout=900, interval=2, what=f"vLLM restarted by supervisord after kill -9 of {role}")
+    wait_for(
+        lambda: not [p for p in old if p.is_running()],
+        timeout=120,
+        what="no process of the old vLLM left: " + ", ".join(f"{p.pid}" for p in old if p.is_running()),
+    )
+    for i in range(WARMUP_REQUESTS):  # the exporter's warm-up before it takes a baseline
         requests.post(
             f"{stack.vllm_url}/v1/completions",
             timeout=120,
-            json={"model": stack.model, "prompt": f"after the crash {i}", "max_tokens": 8},
-        )
-    prom.wait_for('leakwatch_processes{role="engine_core"} == 1', timeout=300)
+            json={"model": stack.model, "prompt": f"after kill -9 of {role} {i}", "max_tokens": 8},
+        ).raise_for_status()
+    for r in before:
+        prom.wait_for(f'leakwatch_processes{{role="{r}"}} == 1', timeout=300)
     prom.wait_for(f"sum(leakwatch_vllm_restarts_total) > {restarts_before}", timeout=300)
     prom.wait_for(f"max(leakwatch_baseline_timestamp_seconds) > {killed_at:.0f}", timeout=600)
 
