@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from leakwatch import vllm_warmup
+from leakwatch import vllm_warmup, webauth
 from leakwatch.catalogue import HOST_LEAK_MEASURE
 from leakwatch.drill import config as drill_config
 from leakwatch.drill.compose_backend import write_override
+from leakwatch.drill.run import DrillResult, check_phase, rate_leak_phase
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
@@ -274,6 +275,12 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
     compose_stack.wait_for("Prometheus to serve the history from before `make down`", history, timeout=180)
 
 
+def rfc3339_seconds(stamp: str) -> float:
+    """Unix seconds (whole) of an RFC 3339 timestamp such as Docker's State.StartedAt (nanoseconds)
+    or an alert's activeAt."""
+    return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
 def leak_alert_firing_since(stack: ComposeStack, since: float) -> bool:
     """HostMemoryLeak firing and active since `since`: Prometheus restores the state of alerts that
     fired before a restart (an earlier, interrupted run's leak on the same data volume)."""
@@ -281,7 +288,7 @@ def leak_alert_firing_since(stack: ComposeStack, since: float) -> bool:
     return any(
         a["labels"]["alertname"] == "HostMemoryLeak"
         and a["state"] == "firing"
-        and calendar.timegm(time.strptime(a["activeAt"][:19], "%Y-%m-%dT%H:%M:%S")) >= int(since)
+        and rfc3339_seconds(a["activeAt"]) >= int(since)
         for a in alerts
     )
 
@@ -292,11 +299,13 @@ def api_server_memory(stack: ComposeStack) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_proxy_once(compose_stack):
+def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_proxy_once(compose_stack, monkeypatch):
     """The drill's middleware keeps bytes per /v1/completions request in vLLM's API server; the
     time-compressed rules fire HostMemoryLeak and its remediation twin, Alertmanager calls the
     healer with its token, the healer restarts vLLM through HAProxy. Proven from Docker: one
-    restart event for the vLLM container and no other container restarted by it."""
+    restart event for the vLLM container and no other container restarted by it. Then the native
+    drill's own measures: `leakwatch check` over the leak (LEAK for the API server, its estimate
+    within the drill's error bound) and the same `drill:` line."""
     import requests
 
     assert getattr(compose_stack, "drill_override", None), "needs the drill stack of the test before"
@@ -409,6 +418,16 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
         lambda: memory_back_near(compose_stack, baseline + DRILL.baseline_tolerance_bytes),
         timeout=300,
     )
+    recover_s = time.time() - (leak_start + alert_s)
+
+    # The leak as the native drill rates it, up to the second before the new vLLM started.
+    monkeypatch.setenv(webauth.PASSWORD_FILE_ENV, compose_stack.env[webauth.PASSWORD_FILE_ENV])
+    leak = check_phase(compose_stack.http.url("prometheus"), DRILL, leak_start, rfc3339_seconds(after[VLLM]) - 1)
+    result = DrillResult(DRILL.time_compression, DRILL.bytes_per_request, alert_s=alert_s, recover_s=recover_s)
+    result.restarts = restarted.count(compose_stack.container(VLLM))
+    rate_leak_phase(result, leak, DRILL)
+    print(result.summary_line())
+    assert result.passed, result.failures
 
 
 def memory_back_near(stack: ComposeStack, limit: float) -> bool:

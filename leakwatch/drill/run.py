@@ -234,24 +234,7 @@ class Drill:
             return None
 
     def check(self, start: float, end: float) -> CheckResult:
-        """`leakwatch check` over a phase, parsed from its own command line (the same code path)."""
-        parser = argparse.ArgumentParser()
-        add_check_arguments(parser)
-        args = parser.parse_args(
-            [
-                "--prometheus",
-                self.url("prometheus"),
-                "--start",
-                str(start),
-                "--end",
-                str(end),
-                "--step",
-                f"{self.cfg.scrape_interval_s:g}s",
-                "--time-compression",
-                f"{self.cfg.time_compression:g}",
-            ]
-        )
-        return run_check(args, start, end)
+        return check_phase(self.url("prometheus"), self.cfg, start, end)
 
     def alertmanager_remediation_alerts(self) -> list[dict]:
         """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
@@ -534,24 +517,50 @@ class Drill:
 
     def _evaluate(self, control: CheckResult, leak: CheckResult) -> None:
         cfg, res = self.cfg, self.result
-        res.control, res.leak = control.as_dict(), leak.as_dict()
+        res.control = control.as_dict()
         if control.verdict != "NO-LEAK":
             res.failures.append(
                 f"control phase verdict {control.verdict}, expected NO-LEAK: "
                 + "; ".join(f"{r.series.key}: {r.reason}" for r in control.series)
             )
-        api = next((r for r in leak.series if r.series.key == "host/api_server"), None)
-        if api is None or api.bytes_per_request.estimate is None or api.request_fit is None:
-            res.failures.append("leak phase: no estimate for host/api_server")
-            return
-        res.estimate_bytes_per_request = api.bytes_per_request.estimate
-        res.estimate_error_pct = (
-            100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
+        rate_leak_phase(res, leak, cfg)
+
+
+def check_phase(prometheus_url: str, cfg: DrillConfig, start: float, end: float) -> CheckResult:
+    """`leakwatch check` over a drill's phase, parsed from its own command line (the same code path)."""
+    parser = argparse.ArgumentParser()
+    add_check_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--prometheus",
+            prometheus_url,
+            "--start",
+            str(start),
+            "--end",
+            str(end),
+            "--step",
+            f"{cfg.scrape_interval_s:g}s",
+            "--time-compression",
+            f"{cfg.time_compression:g}",
+        ]
+    )
+    return run_check(args, start, end)
+
+
+def rate_leak_phase(res: DrillResult, leak: CheckResult, cfg: DrillConfig) -> None:
+    """The leak phase as every drill (native or compose) rates it: LEAK for the API server, where the
+    injector keeps its bytes, with a bytes/request estimate within checks.max_estimate_error."""
+    res.leak = leak.as_dict()
+    api = next((r for r in leak.series if r.series.key == "host/api_server"), None)
+    if api is None or api.bytes_per_request.estimate is None or api.request_fit is None:
+        res.failures.append("leak phase: no estimate for host/api_server")
+        return
+    res.estimate_bytes_per_request = api.bytes_per_request.estimate
+    res.estimate_error_pct = 100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
+    if api.verdict != "LEAK":
+        res.failures.append(f"leak phase: host/api_server verdict {api.verdict}: {api.reason}")
+    if res.estimate_error_pct > 100 * cfg.max_estimate_error:
+        res.failures.append(
+            f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
+            f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}"
         )
-        if api.verdict != "LEAK":
-            res.failures.append(f"leak phase: host/api_server verdict {api.verdict}: {api.reason}")
-        if res.estimate_error_pct > 100 * cfg.max_estimate_error:
-            res.failures.append(
-                f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
-                f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}"
-            )
