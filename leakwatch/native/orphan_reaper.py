@@ -42,21 +42,26 @@ def become_subreaper() -> bool:
         return False
 
 
-def stop_leftovers(grace_s: float = GRACE_S) -> list[int]:
-    """Stops every process still under this one; returns their pids."""
-    left = psutil.Process().children(recursive=True)
-    for proc in left:
+def terminate_then_kill(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM to each, SIGKILL to those still running after grace_s; returns once they are gone."""
+    for proc in procs:
         try:
             proc.terminate()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
         try:
             proc.kill()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def stop_leftovers(grace_s: float = GRACE_S) -> list[int]:
+    """Stops every process still under this one; returns their pids."""
+    left = psutil.Process().children(recursive=True)
+    terminate_then_kill(left, grace_s)
     return [proc.pid for proc in left]
 
 

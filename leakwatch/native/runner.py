@@ -28,6 +28,7 @@ from ..settings import StackSettings, load as load_settings
 from ..topology import native_jobs
 from . import ports, supervisor
 from .layout import StateLayout
+from .orphan_reaper import terminate_then_kill
 from .programs import Program, rules_glob, stack_programs
 
 FATAL_STATES = {"FATAL", "EXITED", "STOPPED", "UNKNOWN"}
@@ -298,18 +299,7 @@ class NativeStack:
             except psutil.NoSuchProcess:
                 pass
         leftovers = self.processes()
-        for proc in leftovers:
-            try:
-                proc.terminate()
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(leftovers, timeout=10)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=10)
+        terminate_then_kill(leftovers, grace_s=10)
         self.layout.supervisor_socket.unlink(missing_ok=True)
         if pid is None and not leftovers:
             print("native stack is not running", file=out)
