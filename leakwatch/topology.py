@@ -70,6 +70,27 @@ VLLM_CONTAINER_LABEL = "io.leakwatch.role=vllm"
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 
 
+VLLM_SERVICE_PREFIX = "vllm-"
+
+
+def vllm_service(profile: str) -> str:
+    """compose's service for a profile's vLLM."""
+    return VLLM_SERVICE_PREFIX + profile
+
+
+def exporter_service(profile: str) -> str:
+    """compose's service for the exporter beside a profile's vLLM (in its PID namespace)."""
+    return f"leakwatch-exporter-{profile}"
+
+
+def compose_container(project: str, service: str) -> str:
+    """compose's name for a service's (single) container."""
+    return f"{project}-{service}-1"
+
+
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+
+
 def vllm_container_list_query(project: str, label: str = VLLM_CONTAINER_LABEL) -> str:
     """The one Docker listing query the socket proxy accepts, and exactly what the healer sends:
     the project's running vLLM containers."""

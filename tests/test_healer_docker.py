@@ -15,13 +15,16 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from leakwatch.errors import LeakwatchError
-from leakwatch.generate.socket_proxy import vllm_container_names
+from leakwatch.generate.socket_proxy import exporter_container_names, vllm_container_names
 from leakwatch.heal.restarters import DockerRestarter, RestartError
 from leakwatch.topology import vllm_container_list_query
 
 PROJECT = "leakwatch"
 ALLOWED_POST = re.compile(
     r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
+)
+ALLOWED_START = re.compile(
+    r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, exporter_container_names(PROJECT))) + r")/start$"
 )
 LABEL = "io.leakwatch.role=vllm"
 
@@ -32,6 +35,8 @@ class FakeDockerProxy:
         self.allowed_query = vllm_container_list_query(PROJECT, LABEL)
         self.calls: list[tuple[str, str, dict]] = []
         self.restarted: list[tuple[str, int]] = []
+        self.started: list[str] = []
+        self.start_status = 204
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,9 +69,12 @@ class FakeDockerProxy:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 proxy.calls.append(("POST", url.path, query))
+                cid = url.path.split("/")[-2]
+                if ALLOWED_START.match(url.path) and not url.query:
+                    proxy.started.append(cid)
+                    return self._reply(proxy.start_status)
                 if not ALLOWED_POST.match(url.path) or not re.match(r"^t=[0-9]{1,3}$", url.query):
                     return self._reply(403, b"<html>403 Forbidden</html>")
-                cid = url.path.split("/")[-2]
                 if url.path.endswith("/restart"):
                     proxy.restarted.append((cid, int(query["t"][0])))
                 return self._reply(204)
@@ -109,9 +117,16 @@ def test_restarts_the_labelled_container_with_the_drain_timeout(proxy):
     restarter.check()
     timing = restarter.restart()
     assert proxy.restarted == [("leakwatch-vllm-demo-1", 35)]
+    # Then the exporter in its PID namespace, which the restart killed.
+    assert proxy.started == ["leakwatch-leakwatch-exporter-demo-1"]
     assert timing.start_s >= 0
-    # Only what the proxy allows: container listing and one restart.
-    assert {(m, p.rsplit("/", 1)[-1]) for m, p, _ in proxy.calls} <= {("GET", "json"), ("POST", "restart")}
+    # Only what the proxy allows: container listing, one restart, one start.
+    assert [(m, p.rsplit("/", 1)[-1]) for m, p, _ in proxy.calls] == [
+        ("GET", "json"),
+        ("GET", "json"),
+        ("POST", "restart"),
+        ("POST", "start"),
+    ]
     assert json.loads(proxy.calls[0][2]["filters"][0])["label"] == [f"com.docker.compose.project={PROJECT}", LABEL]
 
 
@@ -145,3 +160,13 @@ def test_a_proxy_that_refuses_is_a_clear_error(proxy):
 def test_an_unreachable_proxy_is_a_clear_error():
     with pytest.raises(RestartError, match="cannot reach the Docker API"):
         DockerRestarter("http://127.0.0.1:9", LABEL, stop_timeout_s=35, project=PROJECT).restart()
+
+
+def test_an_exporter_already_running_is_fine_and_one_that_cannot_start_is_a_clear_error(proxy):
+    proxy.start_status = 304  # Docker's restart policy brought it back first
+    DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
+    proxy.start_status = 500
+    with pytest.raises(
+        RestartError, match="vLLM restarted, but starting its exporter leakwatch-leakwatch-exporter-demo-1"
+    ):
+        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()

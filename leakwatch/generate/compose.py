@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import __version__, profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..settings import StackSettings, load as load_settings
-from ..topology import COMPOSE_HOSTS, compose_jobs
+from ..topology import COMPOSE_HOSTS, compose_jobs, exporter_service, vllm_service
 from . import compose_healer, compose_webauth
 from .compose_healer import vllm_labels
 from .prometheus_config import prometheus_config
@@ -152,7 +152,7 @@ def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) 
             f"{EXPORTER_STATE_DIR}/exporter-{profile.name}.json",
         ],
         "volumes": [f"leakwatch-state:{EXPORTER_STATE_DIR}"],
-        "pid": f"service:vllm-{profile.name}",
+        "pid": f"service:{vllm_service(profile.name)}",
         # The host's cgroup namespace, so the path in /proc/<vllm pid>/cgroup resolves under
         # /sys/fs/cgroup (the container's limit and usage).
         "cgroup": "host",
@@ -253,8 +253,8 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     for name in model_profiles.available():
         service, prep = _vllm_service(settings, model_profiles.load(name))
         services.update(prep)
-        services[f"vllm-{name}"] = service
-        services[f"leakwatch-exporter-{name}"] = _exporter_service(settings, model_profiles.load(name))
+        services[vllm_service(name)] = service
+        services[exporter_service(name)] = _exporter_service(settings, model_profiles.load(name))
 
     # The healer restarts vLLM through a restart-only Docker socket proxy; Alertmanager sends it the token.
     services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))

@@ -12,7 +12,13 @@ from pathlib import Path
 import requests
 
 from ..errors import LeakwatchError
-from ..topology import vllm_container_list_query
+from ..topology import (
+    COMPOSE_SERVICE_LABEL,
+    VLLM_SERVICE_PREFIX,
+    compose_container,
+    exporter_service,
+    vllm_container_list_query,
+)
 
 
 class RestartError(RuntimeError):
@@ -95,7 +101,8 @@ class SupervisorRestarter:
 class DockerRestarter:
     """Restarts this compose project's vLLM container through the Docker Engine API, reached via
     the HAProxy socket proxy (leakwatch/generate/socket_proxy.py), which lets through exactly the
-    two requests sent here: the listing below and a restart by container name."""
+    three requests sent here: the listing below, a restart by container name, and a start of the
+    exporter that lives in the restarted container's PID namespace."""
 
     def __init__(self, base_url: str, label: str, stop_timeout_s: int, project: str, http_timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
@@ -120,14 +127,34 @@ class DockerRestarter:
             raise RestartError(f"listing containers at {self.base_url}: HTTP {resp.status_code} {resp.text[:200]}")
         return resp.json()
 
-    def _one(self) -> str:
+    def _one(self) -> dict:
         found = self._containers()
         if len(found) != 1:
             raise RestartError(f"expected one {self.describe()}, found {len(found)}")
-        names = found[0].get("Names") or []
-        if not names:
+        if not found[0].get("Names"):
             raise RestartError(f"container {found[0].get('Id', '?')[:12]} has no name")
-        return names[0].lstrip("/")
+        return found[0]
+
+    def _exporter_of(self, vllm: dict) -> str | None:
+        """compose's name for the exporter beside this vLLM container (its service says the profile)."""
+        service = (vllm.get("Labels") or {}).get(COMPOSE_SERVICE_LABEL, "")
+        if not service.startswith(VLLM_SERVICE_PREFIX):
+            return None  # not one of our compose services: nothing known to start beside it
+        return compose_container(self.project, exporter_service(service.removeprefix(VLLM_SERVICE_PREFIX)))
+
+    def _start_exporter(self, name: str) -> None:
+        """The exporter dies with vLLM's PID namespace and Docker's own restart of it fails while vLLM
+        is down (it does not retry), so it is started here once vLLM runs again. 304: already running."""
+        try:
+            resp = self.session.post(
+                f"{self.base_url}/containers/{urllib.parse.quote(name, safe='')}/start", timeout=self.http_timeout_s
+            )
+        except requests.RequestException as exc:
+            raise RestartError(f"vLLM restarted, but starting its exporter {name}: {exc}") from None
+        if resp.status_code not in (204, 304):
+            raise RestartError(
+                f"vLLM restarted, but starting its exporter {name}: HTTP {resp.status_code} {resp.text[:200]}"
+            )
 
     def check(self) -> None:
         try:
@@ -136,7 +163,8 @@ class DockerRestarter:
             raise LeakwatchError(str(exc)) from None
 
     def restart(self) -> RestartTiming:
-        name = urllib.parse.quote(self._one(), safe="")
+        vllm = self._one()
+        name = urllib.parse.quote(vllm["Names"][0].lstrip("/"), safe="")
         began = time.monotonic()
         try:
             # By name: the proxy allows the restart path for the vLLM containers' names only. Docker
@@ -149,4 +177,7 @@ class DockerRestarter:
             raise RestartError(f"restarting container {name}: {exc}") from None
         if resp.status_code != 204:
             raise RestartError(f"restarting container {name}: HTTP {resp.status_code} {resp.text[:200]}")
+        exporter = self._exporter_of(vllm)
+        if exporter:
+            self._start_exporter(exporter)
         return RestartTiming(0.0, time.monotonic() - began)
