@@ -113,3 +113,16 @@ def test_usage_and_a_missing_command_are_clear_errors(tmp_path):
         timeout=60,
     )
     assert missing.returncode == 127 and "cannot run" in missing.stderr
+
+
+def test_the_launcher_does_not_look_like_the_command(tmp_path):
+    """`ps`-style searches for vLLM's API server (cmdline contains vllm.entrypoints) find the API
+    server, not also the launcher that runs it."""
+    proc = reaper("import time; open('ready', 'w').write('1\\n'); time.sleep(30)", tmp_path, start_new_session=True)
+    try:
+        wait_for_file(tmp_path / "ready")
+        launcher = " ".join(psutil.Process(proc.pid).cmdline())
+        assert launcher.startswith(orphan_reaper.TITLE) and "time.sleep" not in launcher, launcher
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)

@@ -29,8 +29,19 @@ import sys
 import psutil
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+# Its own title: with the command's line as its own, every `ps | grep vllm.entrypoints` (ours: the
+# drill, the tests) would count the launcher as a second API server.
+TITLE = "leakwatch-orphan-reaper"
 GRACE_S = 10.0  # after the command exited, how long its leftovers get to stop on SIGTERM
 USAGE = "usage: python -m leakwatch.native.orphan_reaper -- COMMAND [ARG ...]"
+
+
+def set_title(command: list[str]) -> None:
+    try:
+        import setproctitle  # vLLM's own dependency (its VLLM::EngineCore titles)
+    except ImportError:
+        return
+    setproctitle.setproctitle(f"{TITLE} {command[0]}")
 
 
 def become_subreaper() -> bool:
@@ -75,6 +86,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     become_subreaper()
+    set_title(argv[1:])
     # A handler, not SIG_IGN: the command must start with the default dispositions (exec resets
     # handlers but keeps ignored signals ignored).
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

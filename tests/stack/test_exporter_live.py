@@ -10,6 +10,7 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry
 
+from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
 from leakwatch.exporter.collector import ExporterConfig, VllmMemoryCollector
 
@@ -126,7 +127,11 @@ def test_the_stacks_exporter_emits_only_contract_families(native_stack):
 
 def test_a_plain_server_grows_near_zero_per_request(native_stack):
     collector, _ = collector_for(native_stack, warmup_requests=0, smaps_interval_s=3600)
-    complete(native_stack, 40, concurrency=16)  # pools warmed by a burst of the same shape first
+    # vLLM's per-batch-size caches filled first (on a loaded host the bursts below met new batch
+    # sizes: the worker grew 164 kB/request over 200 requests when this test ran first), then the
+    # pools warmed by a burst of the same shape.
+    vllm_warmup.sweep_batch_sizes(native_stack.vllm_url, native_stack.model)
+    complete(native_stack, 40, concurrency=16)
     deadline = time.monotonic() + 60
     while collector.derived.baseline is None:
         collector.snapshot()
