@@ -16,6 +16,7 @@ from .layout import StateLayout
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 ORPHAN_REAPER = "leakwatch.native.orphan_reaper"
+VLLM_PROGRAM = "vllm"  # supervisord's program name for vLLM (the healer's restarter uses it too)
 
 # Debian package that provides each binary, for the error message when one is missing.
 DEBIAN_BINARIES = {
@@ -83,7 +84,7 @@ def vllm_program(
         *(extra_args or []),
     ]
     return Program(
-        name="vllm",
+        name=VLLM_PROGRAM,
         service="vllm",
         command=command,
         environment={**model_profiles.vllm_environment(profile), **(extra_env or {})},

@@ -16,6 +16,7 @@ import requests
 
 from leakwatch import webauth
 from leakwatch.exporter.derived import WARMUP_REQUESTS
+from leakwatch.native.programs import VLLM_PROGRAM
 from leakwatch.native.runner import NativeStack
 from leakwatch.promapi import Prometheus
 
@@ -24,7 +25,6 @@ from ..healer_support import wait_for
 
 # One stack for the module (its own xdist group: the kills restart its vLLM three times).
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.xdist_group("fault_drills_stack")]
-VLLM_PROGRAM = "vllm"  # supervisord's program name (leakwatch/native/programs.py)
 
 
 @pytest.fixture(scope="module")
