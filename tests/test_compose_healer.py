@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 from leakwatch.generate.compose_healer import PROJECT, PROXY_CONFIG_FILE, PROXY_HOST, PROXY_NETWORK, SECRET
-from leakwatch.generate.socket_proxy import CONFIG_PATH, vllm_container_names
+from leakwatch.generate.socket_proxy import CONFIG_PATH, exporter_container_names, vllm_container_names
 from leakwatch.settings import load as load_settings
 from leakwatch.topology import vllm_container_list_query
 
@@ -55,10 +55,11 @@ def test_the_proxy_is_haproxy_with_the_generated_rules_and_nothing_else():
     assert allows == [
         "http-request allow if is_get list_path list_query",
         "http-request allow if is_post restart_path restart_query",
+        "http-request allow if is_post start_path !has_query",
     ]
     assert "http-request deny deny_status 403" in text
     assert vllm_container_list_query(PROJECT) in text
-    for name in vllm_container_names(PROJECT):
+    for name in vllm_container_names(PROJECT) + exporter_container_names(PROJECT):
         assert re.escape(name) in text
 
 
