@@ -12,6 +12,9 @@ from pathlib import Path
 
 from .settings import StackSettings
 
+# supervisord's program name for vLLM in the native runner (the healer's restarter stops and starts it).
+VLLM_PROGRAM = "vllm"
+
 # Prometheus job name -> service in config/stack.yaml. Always present in both runners.
 CORE_JOBS = {
     "prometheus": "prometheus",

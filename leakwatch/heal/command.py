@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
-from ..topology import VLLM_CONTAINER_LABEL, compose_url
+from ..topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url
 from . import config as heal_config, token as heal_token
 from .metrics import HealerMetrics
 from .policy import Policy
@@ -58,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="supervisord's unix socket (default: the native stack's)",
     )
-    parser.add_argument("--program", default="vllm", help="supervisord program to restart (default vllm)")
+    parser.add_argument(
+        "--program", default=VLLM_PROGRAM, help=f"supervisord program to restart (default {VLLM_PROGRAM})"
+    )
     parser.add_argument(
         "--docker-url",
         default=compose_url(load_settings(), "docker_socket_proxy"),

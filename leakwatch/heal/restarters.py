@@ -14,6 +14,7 @@ import requests
 from ..errors import LeakwatchError
 from ..topology import (
     COMPOSE_SERVICE_LABEL,
+    VLLM_PROGRAM,
     VLLM_SERVICE_PREFIX,
     compose_container,
     exporter_service,
@@ -41,7 +42,7 @@ class SupervisorRestarter:
     def __init__(
         self,
         socket_path: Path,
-        program: str = "vllm",
+        program: str = VLLM_PROGRAM,
         stop_timeout_s: float = 60.0,
         start_timeout_s: float = 120.0,
         rpc_timeout_s: float = 10.0,

@@ -12,11 +12,11 @@ from .. import profiles as model_profiles, vllm_key, webauth
 from ..errors import LeakwatchError
 from ..paths import RULES_DIR
 from ..settings import StackSettings
+from ..topology import VLLM_PROGRAM
 from .layout import StateLayout
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 ORPHAN_REAPER = "leakwatch.native.orphan_reaper"
-VLLM_PROGRAM = "vllm"  # supervisord's program name for vLLM (the healer's restarter uses it too)
 
 # Debian package that provides each binary, for the error message when one is missing.
 DEBIAN_BINARIES = {
