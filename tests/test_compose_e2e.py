@@ -235,6 +235,40 @@ print(len(json.load(urllib.request.urlopen({PROXY + "/containers/json?" + vllm_c
         compose_stack.docker("rm", "-f", name, check=False)
 
 
+def test_vllm_killed_like_the_oom_killer_does_comes_back_with_its_exporter(compose_stack):
+    """SIGKILL to vLLM's main process from outside Docker (what the kernel's OOM killer does to a
+    leaking vLLM; `docker kill` would switch the restart policy off): Docker's restart policy
+    brings vLLM back, but not the exporter, which died with vLLM's PID namespace and whose own
+    restart failed while vLLM was down (moby/moby#35502). The healer's exporter keeper starts it
+    through the proxy, and the exporter reports every role of the new vLLM."""
+    import os
+    import signal
+
+    vllm_before = compose_stack.inspect(VLLM)["State"]
+    exporter_before = compose_stack.inspect(EXPORTER)["State"]["StartedAt"]
+    pid = vllm_before["Pid"]
+    if not pid or not os.path.exists(f"/proc/{pid}"):
+        pytest.skip(f"the Docker engine's processes are not on this host (vLLM's pid {pid})")
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted(service: str, before: str) -> bool:
+        state = compose_stack.inspect(service)["State"]
+        return state["Running"] and state["StartedAt"] != before
+
+    compose_stack.wait_for("Docker's restart of vLLM", lambda: restarted(VLLM, vllm_before["StartedAt"]), timeout=300)
+    compose_stack.wait_for("the exporter started again", lambda: restarted(EXPORTER, exporter_before), timeout=300)
+
+    def new_roles():
+        fresh = compose_stack.http.prom_query(f"timestamp(leakwatch_process_resident_memory_bytes) > {killed_at:.0f}")
+        found = {r["metric"].get("role") for r in fresh}
+        return found if {"api_server", "engine_core", "worker"} <= found else None
+
+    compose_stack.wait_for("the new exporter's per-role memory", new_roles, timeout=600)
+    starts = compose_stack.http.prom_query("leakwatch_healer_exporter_starts_total")
+    assert starts and float(starts[0]["value"][1]) >= 1, starts
+
+
 def container_events(stack: ComposeStack, since: float) -> list[tuple[str, str]]:
     """(container name, action) of every container event Docker recorded since `since`."""
     out = stack.docker(

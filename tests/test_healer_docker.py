@@ -16,6 +16,7 @@ import pytest
 
 from leakwatch.errors import LeakwatchError
 from leakwatch.generate.socket_proxy import exporter_container_names, vllm_container_names
+from leakwatch.heal.exporter_keeper import ExporterKeeper
 from leakwatch.heal.restarters import DockerRestarter, RestartError
 from leakwatch.topology import vllm_container_list_query
 
@@ -167,6 +168,37 @@ def test_an_exporter_already_running_is_fine_and_one_that_cannot_start_is_a_clea
     DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
     proxy.start_status = 500
     with pytest.raises(
-        RestartError, match="vLLM restarted, but starting its exporter leakwatch-leakwatch-exporter-demo-1"
+        RestartError, match="vLLM restarted, but starting the exporter leakwatch-leakwatch-exporter-demo-1"
     ):
         DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT).restart()
+
+
+def test_the_exporter_keeper_starts_a_stopped_exporter_beside_running_vllm_only(proxy, caplog):
+    """vLLM restarted without the healer (an OOM kill): the keeper starts the exporter, through the
+    one start the proxy allows, and counts it; a running exporter (304) or a vLLM that is down
+    starts nothing and restarts nothing."""
+    started = []
+    keeper = ExporterKeeper(
+        DockerRestarter(proxy.url, LABEL, stop_timeout_s=35, project=PROJECT), 10, lambda: started.append(1)
+    )
+    assert keeper.check_once() == "leakwatch-leakwatch-exporter-demo-1"
+    proxy.start_status = 304
+    assert keeper.check_once() is None
+    assert started == [1]
+    proxy.containers[0]["State"] = "restarting"
+    with caplog.at_level("INFO", logger="leakwatch.heal"):
+        assert keeper.check_once() is None
+        assert keeper.check_once() is None
+    assert [r.getMessage() for r in caplog.records if "exporter check" in r.getMessage()] == [
+        "exporter check: expected one running container of compose project 'leakwatch' labelled "
+        f"{LABEL} via {proxy.url}, found 0 (retrying every 10s)"
+    ]
+    assert proxy.started == ["leakwatch-leakwatch-exporter-demo-1"] * 2 and proxy.restarted == []
+    assert {m for m, _, _ in proxy.calls} == {"GET", "POST"}
+
+
+def test_a_negative_exporter_check_interval_is_refused_before_anything_starts(capsys):
+    from leakwatch.cli import main
+
+    assert main(["heal", "--restarter", "docker", "--exporter-check-interval", "-1"]) == 2
+    assert "--exporter-check-interval must be >= 0 seconds, not -1" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from ..native.layout import StateLayout
 from ..settings import load as load_settings
 from ..topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url
 from . import config as heal_config, token as heal_token
+from .exporter_keeper import ExporterKeeper
 from .metrics import HealerMetrics
 from .policy import Policy
 from .restarters import DockerRestarter, SupervisorRestarter
@@ -78,6 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="leakwatch",
         metavar="NAME",
         help="compose project whose vLLM container is restarted (default leakwatch)",
+    )
+    parser.add_argument(
+        "--exporter-check-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="docker restarter: how often to start the exporter beside vLLM again if it stopped with "
+        "vLLM's PID namespace (vLLM restarted without the healer: an OOM kill, a crash); 0 turns it off "
+        "(default 10)",
     )
     parser.add_argument(
         "--vllm-url",
@@ -204,7 +214,12 @@ def _refusal_counter(metrics: HealerMetrics):
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    if args.exporter_check_interval < 0:
+        raise LeakwatchError(f"--exporter-check-interval must be >= 0 seconds, not {args.exporter_check_interval:g}")
     healer, host, port = build_healer(args)
+    keeper = None
+    if isinstance(healer.restarter, DockerRestarter) and args.exporter_check_interval > 0:
+        keeper = ExporterKeeper(healer.restarter, args.exporter_check_interval, healer.metrics.exporter_starts.inc)
     try:
         healer.restarter.check()
     except LeakwatchError as exc:
@@ -226,8 +241,12 @@ def run(args: argparse.Namespace) -> int:
         healer.cfg.cooldown_s,
         healer.cfg.max_restarts_per_hour,
     )
+    if keeper:
+        keeper.start()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
+        if keeper:
+            keeper.stop()
         server.server_close()
     return 0

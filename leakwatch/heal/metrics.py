@@ -47,6 +47,7 @@ class HealerMetrics:
         self.notifications = make(Counter, "leakwatch_healer_notifications_total")
         self.alerts = make(Counter, "leakwatch_healer_alerts_total")
         self.restarts = make(Counter, "leakwatch_healer_restarts_total")
+        self.exporter_starts = make(Counter, "leakwatch_healer_exporter_starts_total")
         self.last_restart = make(Gauge, "leakwatch_healer_last_restart_timestamp_seconds")
         self.restart_duration = make(Gauge, "leakwatch_healer_last_restart_duration_seconds")
         self.drain_duration = make(Gauge, "leakwatch_healer_last_drain_duration_seconds")

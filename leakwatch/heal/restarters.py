@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.parse
 import xmlrpc.client
@@ -112,6 +113,8 @@ class DockerRestarter:
         self.stop_timeout_s = int(stop_timeout_s)
         self.http_timeout_s = http_timeout_s
         self.session = requests.Session()
+        # The webhook's restart and the exporter keeper's start (another thread) never interleave.
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"running container of compose project {self.project!r} labelled {self.label} via {self.base_url}"
@@ -143,19 +146,29 @@ class DockerRestarter:
             return None  # not one of our compose services: nothing known to start beside it
         return compose_container(self.project, exporter_service(service.removeprefix(VLLM_SERVICE_PREFIX)))
 
-    def _start_exporter(self, name: str) -> None:
+    def _start_exporter(self, name: str) -> bool:
         """The exporter dies with vLLM's PID namespace and Docker's own restart of it fails while vLLM
-        is down (it does not retry), so it is started here once vLLM runs again. 304: already running."""
+        is down (it does not retry: moby/moby#35502), so it is started here once vLLM runs again.
+        True when it was stopped and is started now; False when it was running (304)."""
         try:
             resp = self.session.post(
                 f"{self.base_url}/containers/{urllib.parse.quote(name, safe='')}/start", timeout=self.http_timeout_s
             )
         except requests.RequestException as exc:
-            raise RestartError(f"vLLM restarted, but starting its exporter {name}: {exc}") from None
+            raise RestartError(f"starting the exporter {name}: {exc}") from None
         if resp.status_code not in (204, 304):
-            raise RestartError(
-                f"vLLM restarted, but starting its exporter {name}: HTTP {resp.status_code} {resp.text[:200]}"
-            )
+            raise RestartError(f"starting the exporter {name}: HTTP {resp.status_code} {resp.text[:200]}")
+        return resp.status_code == 204
+
+    def start_stopped_exporter(self) -> str | None:
+        """Starts the exporter beside this project's running vLLM if it is stopped; its name when it
+        was, None when it runs. RestartError when vLLM is not running (one listing, one start: what
+        the proxy allows)."""
+        with self._lock:
+            exporter = self._exporter_of(self._one())
+            if exporter and self._start_exporter(exporter):
+                return exporter
+            return None
 
     def check(self) -> None:
         try:
@@ -164,6 +177,10 @@ class DockerRestarter:
             raise LeakwatchError(str(exc)) from None
 
     def restart(self) -> RestartTiming:
+        with self._lock:
+            return self._restart()
+
+    def _restart(self) -> RestartTiming:
         vllm = self._one()
         name = urllib.parse.quote(vllm["Names"][0].lstrip("/"), safe="")
         began = time.monotonic()
@@ -180,5 +197,8 @@ class DockerRestarter:
             raise RestartError(f"restarting container {name}: HTTP {resp.status_code} {resp.text[:200]}")
         exporter = self._exporter_of(vllm)
         if exporter:
-            self._start_exporter(exporter)
+            try:
+                self._start_exporter(exporter)
+            except RestartError as exc:
+                raise RestartError(f"vLLM restarted, but {exc}") from None
         return RestartTiming(0.0, time.monotonic() - began)
