@@ -25,6 +25,7 @@ from leakwatch.native.ports import free_port
 
 from ..conftest import running_native_stack
 from ..exporter.support import Scraped
+from . import vllm_tree
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -197,7 +198,13 @@ def rated_burst(url: str, stack, send_burst) -> Scraped:
 
 
 def api_server_pids(stack) -> set[int]:
-    return {p.pid for p in stack.stack.processes() if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())}
+    return {p.pid for p in stack.stack.processes() if vllm_tree.is_api_server(p)}
+
+
+def the_worker(stack) -> psutil.Process:
+    (api,) = [p for p in stack.stack.processes() if vllm_tree.is_api_server(p)]
+    (worker,) = vllm_tree.by_role(api)["worker"]
+    return worker
 
 
 def test_control_run_without_a_leak(leaky_stack, exporter):
@@ -223,7 +230,7 @@ def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
     before = Scraped.get(exporter)
     assert before.value("leakwatch_vllm_restarts_total") == 0 and before.value("leakwatch_baseline_ready") == 1
     old_pids = api_server_pids(leaky_stack)
-    worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
+    worker = the_worker(leaky_stack)
     os.kill(worker.pid, signal.SIGKILL)  # vLLM exits; supervisord starts it again
 
     def restarted():
@@ -241,7 +248,7 @@ def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
     assert scraped.value("leakwatch_baseline_ready") == 0
     assert scraped.value("leakwatch_host_memory_growth_bytes", role="api_server") is None
     # The new processes are the ones measured.
-    worker = next(p for p in leaky_stack.stack.processes() if p.name().startswith("VLLM::Worker"))
+    worker = the_worker(leaky_stack)
     measured = scraped.value("leakwatch_process_resident_memory_bytes", role="worker", rank="0")
     assert measured == pytest.approx(psutil.Process(worker.pid).memory_info().rss, rel=0.05)
     wait_for(

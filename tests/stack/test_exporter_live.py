@@ -15,6 +15,7 @@ from leakwatch.catalogue import exporter_metrics
 from leakwatch.exporter.collector import ExporterConfig, VllmMemoryCollector
 
 from ..exporter.support import Scraped
+from . import vllm_tree
 
 pytestmark = pytest.mark.stack
 
@@ -35,21 +36,9 @@ def vllm_processes_by_role(stack) -> dict[str, list[int]]:
     """vLLM's processes, found independently of the exporter: by the stack's environment marker,
     the API server's command line and setproctitle's names."""
     procs = stack.stack.processes()
-    api = [p for p in procs if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())]
+    api = [p for p in procs if vllm_tree.is_api_server(p)]
     assert len(api) == 1, [p.cmdline() for p in procs]
-    descendants = api[0].children(recursive=True)
-    roles = {"api_server": [api[0].pid], "engine_core": [], "worker": [], "other": []}
-    for proc in descendants:
-        title = " ".join(proc.cmdline())
-        role = (
-            "engine_core"
-            if title.startswith("VLLM::EngineCore")
-            else "worker"
-            if title.startswith("VLLM::Worker")
-            else "other"
-        )
-        roles[role].append(proc.pid)
-    return roles
+    return {role: [p.pid for p in found] for role, found in vllm_tree.by_role(api[0]).items()}
 
 
 def complete(stack, n: int, concurrency: int = 8, max_tokens: int = 16) -> None:

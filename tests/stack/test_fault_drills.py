@@ -37,6 +37,7 @@ from leakwatch.topology import VLLM_PROGRAM
 
 from ..conftest import environ, running_native_stack
 from ..healer_support import wait_for
+from . import vllm_tree
 
 # One stack for the module (its own xdist group: the kills restart its vLLM three times).
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.xdist_group("fault_drills_stack")]
@@ -207,19 +208,13 @@ def test_prometheus_restart_keeps_its_tsdb_and_the_watchdog_fires_again(stack):
     wait_for(lambda: "Watchdog" in am_alert_names(am, auth), timeout=300, interval=5, what="Watchdog in Alertmanager")
 
 
-# EngineCore and the worker, below the API server, are titled by vLLM.
-TITLES = {"engine_core": "VLLM::EngineCor", "worker": "VLLM::Worker"}
-
-
 def vllm_processes(stack) -> dict[str, list[psutil.Process]]:
-    """By role; the supervised program is leakwatch/native/orphan_reaper.py, the API server its child."""
+    """By role (api_server, engine_core, worker); the supervised program is
+    leakwatch/native/orphan_reaper.py, the API server its child."""
     reaper = psutil.Process(rpc(stack).getProcessInfo(VLLM_PROGRAM)["pid"])
-    api = [p for p in reaper.children() if "vllm.entrypoints" in " ".join(p.cmdline())]
-    children = [c for p in api for c in p.children(recursive=True)]
-    found = {"api_server": api}
-    for role, title in TITLES.items():
-        found[role] = [p for p in children if p.name().startswith(title)]
-    return found
+    api = [p for p in reaper.children() if vllm_tree.is_api_server(p)]
+    trees = [vllm_tree.by_role(p) for p in api]
+    return {role: [p for tree in trees for p in tree[role]] for role in ("api_server", "engine_core", "worker")}
 
 
 def serving(stack) -> bool:

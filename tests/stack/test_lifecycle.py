@@ -18,6 +18,7 @@ from leakwatch.paths import REPO_ROOT
 from leakwatch.promapi import Prometheus
 
 from ..conftest import environ, short_state_dir, stack_port_env
+from . import vllm_tree
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -92,9 +93,10 @@ def test_prometheus_sees_traffic_and_every_target(stack_env):
 def test_supervisor_restarts_vllm_after_worker_is_killed(stack_env):
     with environ(stack_env):
         stack = NativeStack()
-        workers = [p for p in stack.processes() if p.name().startswith("VLLM::Worker")]
+        (api,) = [p for p in stack.processes() if vllm_tree.is_api_server(p)]
+        workers = vllm_tree.by_role(api)["worker"]
         assert len(workers) == 1, [p.name() for p in stack.processes()]
-        old_api_pids = {p.pid for p in stack.processes() if "api_server" in " ".join(p.cmdline())}
+        old_api_pids = {api.pid}
     killed_at = time.time()
     os.kill(workers[0].pid, signal.SIGKILL)
 
@@ -106,7 +108,7 @@ def test_supervisor_restarts_vllm_after_worker_is_killed(stack_env):
         except requests.RequestException:
             ok = False
         with environ(stack_env):
-            new_api = {p.pid for p in NativeStack().processes() if "api_server" in " ".join(p.cmdline())}
+            new_api = {p.pid for p in NativeStack().processes() if vllm_tree.is_api_server(p)}
         if ok and new_api and not new_api & old_api_pids:
             break
         time.sleep(1)
