@@ -11,7 +11,6 @@ from .. import config_schema
 from ..config_schema import INT, NUM, STR, Key, Schema, at_least, duration, fraction, non_negative, positive
 from ..durations import parse_duration as alertmanager_duration
 from ..errors import LeakwatchError
-from ..generate import yamlfmt
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
 from ..paths import CONFIG_DIR
@@ -118,13 +117,11 @@ def scaled_alertmanager(doc: dict, compression: float, repeat_s: float) -> dict:
 def write_rules(rules_dir: Path, compression: float, scrape_s: float) -> list[Path]:
     """The production rule files, rendered from config/alerts.yaml with every duration divided by
     the compression, into the drill's own folder (prometheus/rules/ stays as it is)."""
-    from ..rules.render import HEADER, render_rules
+    from ..rules.render import write_rule_copy
 
-    rules_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    header = HEADER.format(what=f"Drill copy, time compression x{compression:g}.")
-    for name, doc in render_rules(time_scale=1.0 / compression, min_window_s=4 * scrape_s).items():
-        path = rules_dir / name
-        path.write_text(yamlfmt.dump(doc, header))
-        written.append(path)
-    return written
+    return write_rule_copy(
+        rules_dir,
+        f"Drill copy, time compression x{compression:g}.",
+        time_scale=1.0 / compression,
+        min_window_s=4 * scrape_s,
+    )

@@ -25,6 +25,11 @@ class StateLayout:
         return self.root / "data"
 
     @property
+    def alertmanager_data(self) -> Path:
+        """Alertmanager's --storage.path: its silences and notification log."""
+        return self.data / "alertmanager"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

@@ -126,7 +126,7 @@ def stack_programs(
             command=[
                 binary("prometheus-alertmanager"),
                 f"--config.file={layout.conf / 'alertmanager.yml'}",
-                f"--storage.path={layout.data / 'alertmanager'}",
+                f"--storage.path={layout.alertmanager_data}",
                 f"--web.listen-address={bind}:{svc('alertmanager').port}",
                 # Without it, anyone on the port could post a remediate="true" alert or silence everything.
                 f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",

@@ -66,6 +66,18 @@ def _check_windows(docs: dict[str, dict], min_window_s: float | None) -> None:
         )
 
 
+def write_rule_copy(rules_dir: Path, what: str, **render_kwargs) -> list[Path]:
+    """The rule files render_rules(**render_kwargs) gives, into rules_dir (a drill's own folder;
+    prometheus/rules/ stays as it is), each with the GENERATED header saying `what` they are."""
+    rules_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, doc in render_rules(**render_kwargs).items():
+        path = rules_dir / name
+        path.write_text(yamlfmt.dump(doc, HEADER.format(what=what)))
+        written.append(path)
+    return written
+
+
 def rule_file_texts(time_scale: float = 1.0) -> dict[str, str]:
     """File name -> YAML text with the GENERATED header."""
     what = {

@@ -26,12 +26,11 @@ import yaml
 
 from leakwatch import webauth
 from leakwatch.exporter.derived import WARMUP_REQUESTS
-from leakwatch.generate import yamlfmt
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.native.runner import NativeStack
 from leakwatch.promapi import Prometheus
 from leakwatch.rules.config import ALERTS_FILE
-from leakwatch.rules.render import render_rules
+from leakwatch.rules.render import write_rule_copy
 from leakwatch.settings import load as load_settings
 from leakwatch.topology import VLLM_PROGRAM
 
@@ -93,9 +92,7 @@ def drill_rules(folder: Path) -> Path:
     config = folder / "alerts.yaml"
     config.write_text(yaml.safe_dump(thresholds))
     rules = folder / "rules"
-    rules.mkdir()
-    for name, doc in render_rules(config=config).items():
-        (rules / name).write_text(yamlfmt.dump(doc, f"Fault drills: production rules with {SHORT_FOR}."))
+    write_rule_copy(rules, f"Fault drills' copy: production rules with {SHORT_FOR}.", config=config)
     return rules
 
 
@@ -123,9 +120,10 @@ def rpc(stack):
         return NativeStack().rpc()
 
 
-def restart_program(stack, name: str) -> None:
+def restart_program(stack, name: str, while_stopped=lambda: None) -> None:
     server = rpc(stack)
     server.stopProcess(name, True)
+    while_stopped()
     server.startProcess(name, True)
 
 
@@ -159,15 +157,12 @@ def test_alertmanager_restart_keeps_its_notification_log(stack, heartbeats):
     with environ(stack.env):
         am = stack.url("alertmanager")
         auth = webauth.auth_for(am)
-        nflog = NativeStack().layout.data / "alertmanager" / "nflog"
+        nflog = NativeStack().layout.alertmanager_data / "nflog"
     wait_for(lambda: heartbeats.count("Watchdog") >= 1, timeout=300, interval=2, what="a Watchdog notification")
     sent = heartbeats.count("Watchdog")
 
-    def restart_and_wait_for_the_watchdog(before_start=lambda: None) -> None:
-        server = rpc(stack)
-        server.stopProcess("alertmanager", True)
-        before_start()
-        server.startProcess("alertmanager", True)
+    def restart_and_wait_for_the_watchdog(while_stopped=lambda: None) -> None:
+        restart_program(stack, "alertmanager", while_stopped)
         wait_for(lambda: _ok(f"{am}/-/ready", auth), timeout=120, what="Alertmanager back")
         # Alertmanager keeps no alerts across a restart: Prometheus resends the firing Watchdog.
         wait_for(lambda: "Watchdog" in am_alert_names(am, auth), timeout=300, interval=2, what="Watchdog resent")
@@ -177,7 +172,7 @@ def test_alertmanager_restart_keeps_its_notification_log(stack, heartbeats):
     time.sleep(75)
     assert heartbeats.count("Watchdog") == sent, heartbeats.notifications
 
-    restart_and_wait_for_the_watchdog(before_start=lambda: nflog.unlink())
+    restart_and_wait_for_the_watchdog(while_stopped=lambda: nflog.unlink())
     wait_for(lambda: heartbeats.count("Watchdog") > sent, timeout=120, interval=2, what="re-sent without the nflog")
 
 
