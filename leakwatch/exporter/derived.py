@@ -20,9 +20,13 @@ and no new request; once vLLM has stayed idle for `retention_idle_s`:
 
 clamped to [0, 1]: 0 when everything taken during the burst was given back, 1 when all of it is still
 held. A burst whose gain (peak - before) is below `min_gain_bytes` leaves the ratio unchanged, since
-a ratio of noise means nothing; so does a burst that no sample saw in flight (it started and ended
-between two samples, so its peak is unknown). The peak is the highest sampled value: sample often
-enough (the exporter samples every few seconds between scrapes) for bursts to be seen.
+a ratio of noise means nothing; so does a burst no sample fell inside (it started and ended between
+two samples, so its peak is unknown). A sample is inside when it saw requests in flight, or when the
+burst was busy at it and again at a later sample (requests finished before it and after it): vLLM's
+running/waiting gauges come from its engine's last step and read 0 between the steps of short
+requests, so with a fast model most samples of a busy server see nothing in flight. The peak is the
+highest sampled value: sample often enough (the exporter samples every few seconds between scrapes)
+for bursts to be seen.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ class Baseline:
 class _Burst:
     before: dict[MemoryKey, int]
     peak: dict[MemoryKey, int]
-    seen_in_flight: bool
+    sampled_inside: bool = False  # a sample fell inside the burst: its peak was seen
+    busy_samples: int = 0
     idle_since: float | None = None
 
 
@@ -85,9 +90,11 @@ class Retention:
             if burst is None:
                 if self._idle_memory is None:
                     return  # no idle sample before this burst: nothing to compare with
-                burst = self._burst = _Burst(dict(self._idle_memory), dict(self._idle_memory), False)
+                burst = self._burst = _Burst(dict(self._idle_memory), dict(self._idle_memory))
             burst.idle_since = None
-            burst.seen_in_flight |= in_flight
+            burst.busy_samples += 1
+            # The second busy sample proves the first had requests finish before and after it.
+            burst.sampled_inside |= in_flight or burst.busy_samples >= 2
             self._raise_peak(burst, memory)
             return
         if burst is None:
@@ -98,7 +105,7 @@ class Retention:
             burst.idle_since = now
         if now - burst.idle_since < self.idle_s:
             return
-        if burst.seen_in_flight:
+        if burst.sampled_inside:
             rated = False
             for key, before in burst.before.items():
                 if key not in memory:

@@ -127,13 +127,29 @@ def test_retention_is_clamped_and_noise_bursts_leave_it_unchanged():
     assert state.retention.rated_bursts == 1
 
 
-def test_a_burst_no_sample_saw_in_flight_has_no_ratio():
+def test_a_burst_no_sample_fell_inside_has_no_ratio():
+    """One busy sample that saw nothing in flight: the requests may all have come and gone before
+    it, so its memory says nothing about the peak."""
     state = DerivedState(warmup_requests=0, retention_idle_s=5, retention_min_gain_bytes=MIB)
     state.update(sample(0, 10, host={"api_server": 600 * MIB}))
     state.update(sample(1, 40, host={"api_server": 640 * MIB}))  # 30 requests came and went
     state.update(sample(7, 40, host={"api_server": 640 * MIB}))
     assert state.retention.ratios == {}
     assert state.retention.rated_bursts == 0
+
+
+def test_a_burst_whose_counter_moved_on_both_sides_of_a_sample_is_rated_without_in_flight():
+    """A fast model: the engine gauge reads 0 at every sample, but requests finished before the
+    second sample and after it, so that sample fell inside the burst and its memory is a peak."""
+    state = DerivedState(warmup_requests=0, retention_idle_s=5, retention_min_gain_bytes=MIB)
+    state.update(sample(0, 10, host={"api_server": 600 * MIB}))
+    state.update(sample(1, 25, host={"api_server": 640 * MIB}))
+    assert state.retention.rated_bursts == 0
+    state.update(sample(2, 40, host={"api_server": 620 * MIB}))
+    state.update(sample(3, 40, host={"api_server": 610 * MIB}))  # idle from here
+    state.update(sample(8, 40, host={"api_server": 610 * MIB}))
+    assert state.retention.ratios == {("host", "api_server"): 0.25}  # (610 - 600) / (640 - 600)
+    assert state.retention.rated_bursts == 1
 
 
 def test_more_traffic_during_the_idle_wait_extends_the_burst():

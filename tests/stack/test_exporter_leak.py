@@ -7,10 +7,12 @@ One vLLM start plus one restart for the whole module (each costs ~40 s or more h
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +34,9 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 MIB = 1 << 20
 LEAK_BYTES = 2 * MIB  # what the middleware keeps per /v1/completions request: the truth
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
+# Two requests' allocations in flight make a burst worth rating (the default, 8 MiB, needs four
+# sampled at once, which a quick burst on an idle machine can slip past).
+MIN_GAIN_BYTES = 2 * LEAK_BYTES
 SAMPLE_INTERVAL_S = 0.5
 RETENTION_IDLE_S = 3  # the exporter under test closes a burst after this long without traffic
 # A burst is rated against the idle memory before it, so the warm-up's own burst must be closed
@@ -93,10 +98,8 @@ def exporter(leaky_stack, tmp_path_factory):
                 str(SAMPLE_INTERVAL_S),
                 "--retention-idle",
                 str(RETENTION_IDLE_S),
-                # Two requests' allocations in flight make a burst worth rating (the default, 8 MiB,
-                # needs four sampled at once, which a quick burst on an idle machine can slip past).
                 "--retention-min-gain",
-                str(2 * LEAK_BYTES / MIB),
+                str(MIN_GAIN_BYTES / MIB),
                 "--smaps-interval",
                 "0",
             ],
@@ -135,7 +138,13 @@ def wait_for(predicate, timeout: float, message: str, interval: float = 0.5):
         time.sleep(interval)
 
 
-def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32) -> None:
+def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32, until=None) -> None:
+    """Sends at least `n` completions, `concurrency` at a time, and with `until` goes on sending until
+    it holds (checked every half second; at most 5n requests)."""
+    enough = threading.Event()
+    sent = itertools.count()
+    limit = 5 * n
+
     def one(i):
         resp = requests.post(
             f"{stack.vllm_url}/v1/completions",
@@ -145,8 +154,21 @@ def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32) -
         )
         assert resp.status_code == 200, resp.text
 
+    def worker():
+        while (i := next(sent)) < limit and (i < n or not enough.is_set()):
+            one(i)
+
+    if until is None:
+        enough.set()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(one, range(n)))
+        workers = [pool.submit(worker) for _ in range(concurrency)]
+        while not enough.is_set() and not all(w.done() for w in workers):
+            if until():
+                enough.set()
+            else:
+                time.sleep(0.5)
+        for w in workers:
+            w.result()
 
 
 def warm_up(stack) -> None:
@@ -161,15 +183,21 @@ def baseline_ready(url: str) -> Scraped | None:
     return scraped if scraped.value("leakwatch_baseline_ready") == 1 else None
 
 
-def rated_bursts(url: str) -> float:
-    return Scraped.get(url).value("leakwatch_retention_bursts_rated_total")
+def api_server_memory(scraped: Scraped) -> float:
+    return scraped.value("leakwatch_process_anonymous_memory_bytes", role="api_server", rank="")
 
 
 def rated_burst(url: str, stack, send_burst) -> Scraped:
-    """Runs `send_burst` and returns the first scrape that rates it (the ratio of an earlier burst
-    stays exposed until the next one, and two leaking bursts both read 1)."""
-    previous = rated_bursts(url)
-    send_burst()
+    """Runs `send_burst(until)` and returns the first scrape that rates it (the ratio of an earlier
+    burst stays exposed until the next one, and two leaking bursts both read 1).
+
+    The burst goes on until a scrape during it (a sample, as Prometheus's are) has seen two requests'
+    allocations held: a burst no sample sees in flight is left unrated by design, and on a loaded
+    2-core host 200 quick requests could start and end between two slow samples."""
+    before = Scraped.get(url)
+    previous = before.value("leakwatch_retention_bursts_rated_total")
+    idle_memory = api_server_memory(before)
+    send_burst(lambda: api_server_memory(Scraped.get(url)) >= idle_memory + MIN_GAIN_BYTES)
 
     def ready():
         scraped = Scraped.get(url)
@@ -188,12 +216,15 @@ def rated_burst(url: str, stack, send_burst) -> Scraped:
             for line in requests.get(f"{stack.vllm_url}/metrics", timeout=10).text.splitlines()
             if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
         ]
+        durations = {
+            s.labels["collector"]: round(s.value, 3) for s in last.samples("leakwatch_collector_duration_seconds")
+        }
         pytest.fail(
             f"no retention ratio for the burst (bursts rated before it {previous}, restarts "
             f"{last.value('leakwatch_vllm_restarts_total')}, baseline ready {last.value('leakwatch_baseline_ready')}, "
             f"requests since baseline {last.value('leakwatch_requests_since_baseline')}, api server memory now "
             f"{last.value('leakwatch_host_memory_growth_bytes', role='api_server')} B above the baseline, "
-            f"collector errors {errors}, vLLM: {in_flight})"
+            f"collector errors {errors}, last sample's durations {durations} s, vLLM: {in_flight})"
         )
 
 
@@ -214,7 +245,9 @@ def test_control_run_without_a_leak(leaky_stack, exporter):
     assert start.value("leakwatch_processes", role="worker") == 1
     time.sleep(IDLE_BEFORE_BURST_S)
     scraped = rated_burst(
-        exporter, leaky_stack, lambda: send(leaky_stack, 200, "release", concurrency=BURST_CONCURRENCY)
+        exporter,
+        leaky_stack,
+        lambda until: send(leaky_stack, 200, "release", concurrency=BURST_CONCURRENCY, until=until),
     )
     ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
     served = scraped.value("leakwatch_requests_since_baseline")
@@ -263,7 +296,9 @@ def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
     start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after the restart's warm-up")
     assert start.value("leakwatch_vllm_restarts_total") == 1
     time.sleep(IDLE_BEFORE_BURST_S)
-    scraped = rated_burst(exporter, leaky_stack, lambda: send(leaky_stack, 200, "keep", concurrency=8))
+    scraped = rated_burst(
+        exporter, leaky_stack, lambda until: send(leaky_stack, 200, "keep", concurrency=8, until=until)
+    )
     served = scraped.value("leakwatch_requests_since_baseline")
     per_request = scraped.value("leakwatch_host_memory_growth_per_request_bytes", role="api_server")
     error = per_request / LEAK_BYTES - 1
