@@ -85,11 +85,12 @@ class RunningStack:
 
 
 @contextlib.contextmanager
-def running_native_stack(prefix: str, model: str = "demo", **up_kwargs):
+def running_native_stack(prefix: str, model: str = "demo", settings=None, **up_kwargs):
+    """settings: StackSettings to run with instead of config/stack.yaml's (e.g. shorter intervals)."""
     state = short_state_dir(prefix)
     env = {**stack_port_env(), "LEAKWATCH_STATE_DIR": str(state)}
     with environ(env):
-        stack = NativeStack()
+        stack = NativeStack(settings=settings)
         try:
             stack.up(model, out=io.StringIO(), **up_kwargs)
             yield RunningStack(stack, env)

@@ -11,26 +11,18 @@ Everything else (the healer, the socket proxy, networks, volumes) is the product
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from ..generate import yamlfmt
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..generate.compose import SOURCE_DIR, compose_document, compose_prometheus_config
 from ..paths import REPO_ROOT
-from ..settings import StackSettings, load as load_settings
+from ..settings import load as load_settings
 from . import leak_middleware
-from .config import scaled_alertmanager, write_rules
+from .config import scaled_alertmanager, with_scrape_interval, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 HEADER = "Drill override for compose (leakwatch/drill/compose_backend.py), written at run time - do not commit."
-
-
-def drill_settings(settings: StackSettings, scrape_interval_s: float) -> StackSettings:
-    interval = f"{scrape_interval_s:g}s"
-    return dataclasses.replace(
-        settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval}
-    )
 
 
 def write_override(
@@ -46,7 +38,7 @@ def write_override(
     returns the override's path (pass it to compose after compose.yaml)."""
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    settings = drill_settings(load_settings(), scrape_interval_s)
+    settings = with_scrape_interval(load_settings(), scrape_interval_s)
     rules = folder / "rules"
     write_rules(rules, compression, scrape_interval_s)
     (folder / "prometheus.yml").write_text(yamlfmt.dump(compose_prometheus_config(settings), HEADER))

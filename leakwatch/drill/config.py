@@ -4,6 +4,7 @@ divided by the time compression, and the production Alertmanager config with its
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ..errors import LeakwatchError
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
 from ..paths import CONFIG_DIR
+from ..settings import StackSettings
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")
@@ -124,4 +126,12 @@ def write_rules(rules_dir: Path, compression: float, scrape_s: float) -> list[Pa
         f"Drill copy, time compression x{compression:g}.",
         time_scale=1.0 / compression,
         min_window_s=4 * scrape_s,
+    )
+
+
+def with_scrape_interval(settings: StackSettings, scrape_interval_s: float) -> StackSettings:
+    """The stack's settings with Prometheus scraping and evaluating every `scrape_interval_s`."""
+    interval = f"{scrape_interval_s:g}s"
+    return dataclasses.replace(
+        settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval}
     )

@@ -42,7 +42,7 @@ from ..rules import config as alert_config
 from ..settings import load as load_settings, ready_path
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
-from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, write_rules
+from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
 from .load import CpuHog, load_average
 from .phases import PhaseWatcher, RecoveryPhases
 
@@ -139,10 +139,7 @@ class Drill:
         self.keep_state = keep_state
         self.remediation = healer_config.load()  # the label the healer acts on
         settings = load_settings()
-        interval = f"{cfg.scrape_interval_s:g}s"
-        self.settings = dataclasses.replace(
-            settings, prometheus={**settings.prometheus, "scrape_interval": interval, "evaluation_interval": interval}
-        )
+        self.settings = with_scrape_interval(settings, cfg.scrape_interval_s)
         self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
         self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
         self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request, cpu_hogs=cpu_hogs)

@@ -25,6 +25,7 @@ import requests
 import yaml
 
 from leakwatch import webauth
+from leakwatch.drill.config import with_scrape_interval
 from leakwatch.exporter.derived import WARMUP_REQUESTS
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.native.runner import NativeStack
@@ -42,9 +43,12 @@ from . import vllm_tree
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.xdist_group("fault_drills_stack")]
 
 
-# Production waits 5m (VLLMDown) and 2m (VLLMEngineDown), longer than these outages last here;
-# 15 s is one scrape interval: the alert fires on the second failed evaluation in a row.
-SHORT_FOR = {"down_for": "15s", "engine_down_for": "15s"}
+# Production waits 5m (VLLMDown) and 2m (VLLMEngineDown), longer than these outages last here. The
+# drill stack scrapes and evaluates every SCRAPE_INTERVAL_S and waits one interval: an alert fires on
+# the second failed evaluation in a row, at most ~3 intervals after the outage begins. (At the
+# production 15 s a supervised vLLM restart, 30-60 s here, could end before VLLMDown fired.)
+SCRAPE_INTERVAL_S = 5
+SHORT_FOR = {"down_for": f"{SCRAPE_INTERVAL_S}s", "engine_down_for": f"{SCRAPE_INTERVAL_S}s"}
 # Longer than this module runs: every Watchdog notification after the first one is a re-send.
 HEARTBEAT_REPEAT = "3h"
 
@@ -110,7 +114,10 @@ def drill_alertmanager(heartbeat_url: str) -> dict:
 def stack(tmp_path_factory, heartbeats):
     rules = drill_rules(tmp_path_factory.mktemp("fault-drills"))
     with running_native_stack(
-        "lw-fault-", rules_dir=rules, alertmanager_config=drill_alertmanager(heartbeats.url)
+        "lw-fault-",
+        settings=with_scrape_interval(load_settings(), SCRAPE_INTERVAL_S),
+        rules_dir=rules,
+        alertmanager_config=drill_alertmanager(heartbeats.url),
     ) as running:
         yield running
 
