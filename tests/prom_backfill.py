@@ -1,5 +1,6 @@
-"""A real Prometheus serving a history we wrote: OpenMetrics -> `promtool tsdb create-blocks-from
-openmetrics` -> Debian's `prometheus` binary on a free port, stopped afterwards."""
+"""Real Prometheus servers for tests: Debian's `prometheus` binary on a free port with a config we
+write, stopped afterwards; and one serving a history we wrote (OpenMetrics -> `promtool tsdb
+create-blocks-from openmetrics`)."""
 
 from __future__ import annotations
 
@@ -16,29 +17,21 @@ from leakwatch.native.programs import binary
 
 
 @contextlib.contextmanager
-def backfilled_prometheus(openmetrics: str):
-    with tempfile.TemporaryDirectory(prefix="lw-backfill-") as tmp:
-        tmp = Path(tmp)
-        source = tmp / "history.om"
-        source.write_text(openmetrics)
-        data = tmp / "data"
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-        config = tmp / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 15s\n")
-        port = free_port()
-        log = open(tmp / "prometheus.log", "w")
+def running_prometheus(config_yaml: str, data: Path, *flags: str):
+    """Prometheus with `config_yaml`, its TSDB in `data`; yields its URL once it is ready."""
+    data.mkdir(parents=True, exist_ok=True)
+    config = data.parent / f"{data.name}.prometheus.yml"
+    config.write_text(config_yaml)
+    log_path = data.parent / f"{data.name}.prometheus.log"
+    port = free_port()
+    with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [
                 binary("prometheus"),
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data}",
-                "--storage.tsdb.retention.time=30d",
                 f"--web.listen-address=127.0.0.1:{port}",
+                *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -53,7 +46,7 @@ def backfilled_prometheus(openmetrics: str):
                 except requests.RequestException:
                     pass
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"prometheus did not start: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+                    raise RuntimeError(f"prometheus did not start: {log_path.read_text()[-2000:]}")
                 time.sleep(0.3)
             yield url
         finally:
@@ -63,4 +56,20 @@ def backfilled_prometheus(openmetrics: str):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            log.close()
+
+
+@contextlib.contextmanager
+def backfilled_prometheus(openmetrics: str):
+    with tempfile.TemporaryDirectory(prefix="lw-backfill-") as tmp:
+        tmp = Path(tmp)
+        source = tmp / "history.om"
+        source.write_text(openmetrics)
+        data = tmp / "data"
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        with running_prometheus("global:\n  scrape_interval: 15s\n", data, "--storage.tsdb.retention.time=30d") as url:
+            yield url

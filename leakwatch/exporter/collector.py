@@ -12,8 +12,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -35,6 +37,27 @@ from .schema import Schema
 from .vllm_scrape import VllmScraper, VllmStats, VllmUnreachable
 
 log = logging.getLogger("leakwatch.exporter")
+
+# The timeout of the scrape being answered (Prometheus sends it with every scrape; set by the HTTP
+# handler). A hung vLLM must not make our own scrape time out, or every alert that reads us
+# (VLLMEngineDown, the leak rules) goes blind exactly while vLLM hangs.
+_scrape_timeout: ContextVar[float | None] = ContextVar("scrape_timeout", default=None)
+# Kept for encoding the reply and the network: 10 % of the timeout, at least this much.
+SCRAPE_MARGIN_S = 0.25
+# The background sampler waits for vLLM at most this share of its interval and of the scrape
+# timeout, so a scrape that arrives while it runs keeps most of its own time.
+SAMPLER_VLLM_WAIT_SHARE = 0.5
+
+
+@contextmanager
+def scrape_timeout(seconds: float | None) -> Iterator[None]:
+    """Within: collect() answers before `seconds` are over, without vLLM's reading if need be."""
+    token = _scrape_timeout.set(seconds)
+    try:
+        yield
+    finally:
+        _scrape_timeout.reset(token)
+
 
 # The fixed set of `collector` label values.
 COLLECTORS = ("discovery", "host_memory", "cgroup", "gpu", "vllm")
@@ -138,6 +161,11 @@ class VllmMemoryCollector:
         self.last_snapshot_at: float | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-scrape")
+        # A read of vLLM that outlived its snapshot's deadline: the next snapshot takes its answer
+        # instead of queueing another request behind it.
+        self._vllm_read: Future | None = None
+        self._vllm_read_started = 0.0
+        self._last_scrape_timeout_s: float | None = None
         self._saved_state = self._load_state()
 
     # -- state file ----------------------------------------------------------------------------
@@ -179,25 +207,31 @@ class VllmMemoryCollector:
         self.errors[collector] += 1
         log.warning("%s: %s: %s", collector, type(exc).__name__, exc)
 
-    def snapshot(self) -> Snapshot:
-        """Reads everything once and advances the derived state (thread-safe)."""
+    def snapshot(self, deadline: float | None = None) -> Snapshot:
+        """Reads everything once and advances the derived state (thread-safe). With a deadline
+        (time.monotonic()), vLLM's answer is not waited for past it: the sample has no vLLM reading."""
         with self._lock:
-            return self._snapshot()
+            return self._snapshot(deadline)
 
     def sample_if_stale(self, max_age_s: float) -> None:
         """For the background sampler: keeps bursts visible between Prometheus scrapes."""
         with self._lock:
             if self.last_snapshot_at is None or self.clock() - self.last_snapshot_at >= max_age_s:
-                self._snapshot()
+                wait_s = min(self.config.vllm_timeout_s, max_age_s * SAMPLER_VLLM_WAIT_SHARE)
+                if self._last_scrape_timeout_s is not None:
+                    wait_s = min(wait_s, self._last_scrape_timeout_s * SAMPLER_VLLM_WAIT_SHARE)
+                self._snapshot(time.monotonic() + wait_s)
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self, deadline: float | None) -> Snapshot:
         durations: dict[str, float] = {}
 
         def timed(name: str):
             return _Timer(durations, name)
 
         # vLLM's /metrics is fetched in parallel with the /proc reads: it waits on vLLM's event loop.
-        vllm_reply = self._pool.submit(self._read_vllm, need_health=self.derived.baseline is None)
+        if self._vllm_read is None:
+            self._vllm_read = self._pool.submit(self._read_vllm, need_health=self.derived.baseline is None)
+            self._vllm_read_started = time.perf_counter()
         tree, discovered = None, True
         with timed("discovery"):
             try:
@@ -230,7 +264,7 @@ class VllmMemoryCollector:
                 except GpuReadError as exc:
                     self._error("gpu", exc)
 
-        stats, healthy, durations["vllm"], error = vllm_reply.result()
+        stats, healthy, durations["vllm"], error = self._vllm_answer(deadline)
         if error is not None:
             self._error("vllm", error)
 
@@ -249,6 +283,18 @@ class VllmMemoryCollector:
         self.last_snapshot_at = now
         return Snapshot(sample, discovered, tree, host, cgroup, gpu_available, gpu, durations)
 
+    def _vllm_answer(self, deadline: float | None) -> tuple[VllmStats | None, bool, float, Exception | None]:
+        """The pending read's answer, or no reading (and an error) if it is not in by the deadline."""
+        assert self._vllm_read is not None
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            answer = self._vllm_read.result(timeout=timeout)
+        except FutureTimeout:
+            waited = time.perf_counter() - self._vllm_read_started
+            return None, False, waited, VllmUnreachable(f"no answer after {waited:.1f}s; the next sample takes it")
+        self._vllm_read = None
+        return answer
+
     def _read_vllm(self, need_health: bool) -> tuple[VllmStats | None, bool, float, Exception | None]:
         """(stats or None, healthy, seconds, error): /health only matters until the baseline is taken."""
         start = time.perf_counter()
@@ -266,9 +312,14 @@ class VllmMemoryCollector:
         return [self.schema.family(name).metric for name in FAMILIES]
 
     def collect(self):
+        timeout = _scrape_timeout.get()
+        deadline = None
+        if timeout is not None:
+            deadline = time.monotonic() + timeout - max(SCRAPE_MARGIN_S, timeout / 10)
+            self._last_scrape_timeout_s = timeout
         # Built under the lock: the background sampler must not move the derived state mid-scrape.
         with self._lock:
-            return self._families(self._snapshot())
+            return self._families(self._snapshot(deadline))
 
     def _families(self, snap: Snapshot) -> list:
         families = {name: self.schema.family(name) for name in FAMILIES}

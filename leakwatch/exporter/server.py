@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import socketserver
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -11,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..settings import load as load_settings
-from .collector import VllmMemoryCollector
+from .collector import VllmMemoryCollector, scrape_timeout
 
 log = logging.getLogger("leakwatch.exporter")
 
@@ -23,7 +24,8 @@ def make_app(registry: CollectorRegistry):
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-            body = encoder(registry)
+            with scrape_timeout(prometheus_scrape_timeout(environ)):
+                body = encoder(registry)
             start_response("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
             return [body]
         if path == HEALTH_PATH:
@@ -37,6 +39,16 @@ def make_app(registry: CollectorRegistry):
         return [b"not found\n"]
 
     return app
+
+
+def prometheus_scrape_timeout(environ: dict) -> float | None:
+    """Prometheus's timeout for this scrape (its X-Prometheus-Scrape-Timeout-Seconds header); None
+    when absent or not a positive number (curl, other scrapers: vLLM is then waited for)."""
+    try:
+        seconds = float(environ.get("HTTP_X_PROMETHEUS_SCRAPE_TIMEOUT_SECONDS", ""))
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):

@@ -92,12 +92,16 @@ class VllmEndpoint:
         self.metrics = vllm_metrics(0)
         self.health_status = 200
         self.requests: list[str] = []
+        # Set: /metrics waits for it before answering (a stalled event loop).
+        self.release = threading.Event()
+        self.release.set()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 endpoint.requests.append(self.path)
                 if self.path == "/metrics":
+                    endpoint.release.wait(timeout=60)
                     status, body = 200, endpoint.metrics.encode()
                 elif self.path == "/health":
                     status, body = endpoint.health_status, b""

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from leakwatch.catalogue import exporter_metrics
 from leakwatch.errors import LeakwatchError
-from leakwatch.exporter.collector import COLLECTORS, FAMILIES, ExporterConfig, VllmMemoryCollector
+from leakwatch.exporter.collector import COLLECTORS, FAMILIES, ExporterConfig, VllmMemoryCollector, scrape_timeout
 from leakwatch.exporter.gpu import import_pynvml
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.exporter.schema import Schema
@@ -166,6 +166,27 @@ def test_vllm_unreachable_is_counted_not_fatal(make, vllm):
     assert value("leakwatch_collector_errors_total", collector="vllm") == 1
     assert value("leakwatch_processes", role="worker") == 2  # /proc still read
     assert Scrape(registry)("leakwatch_collector_errors_total", collector="vllm") == 2
+
+
+def test_a_stalled_vllm_is_not_waited_for_past_the_scrape_timeout_and_its_late_answer_is_used(make, vllm):
+    """Prometheus says how long it waits (X-Prometheus-Scrape-Timeout-Seconds): vLLM's answer is
+    skipped when it is not in by then, /proc is still reported, and the same request's answer goes
+    into the next sample instead of a second request queued behind the stalled one."""
+    _, registry = make(vllm_timeout_s=30)
+    vllm.release.clear()
+    with scrape_timeout(1.0):
+        value = Scrape(registry)
+    assert value("leakwatch_vllm_up") == 0
+    assert value("leakwatch_collector_errors_total", collector="vllm") == 1
+    assert value("leakwatch_processes", role="api_server") == 1
+    assert 0.5 <= value("leakwatch_collector_duration_seconds", collector="vllm") < 30
+    vllm.set(served=7)
+    vllm.release.set()
+    with scrape_timeout(10.0):
+        value = Scrape(registry)
+    assert value("leakwatch_vllm_up") == 1
+    assert value("leakwatch_collector_errors_total", collector="vllm") == 1
+    assert vllm.requests.count("/metrics") == 1  # the stalled request's answer, none queued behind it
 
 
 def test_no_vllm_process_reports_zero_processes(make, vllm, tmp_path):
