@@ -61,6 +61,7 @@ class StreamResult:
     detail: str = ""
     status: int = 0
     start: float = 0.0  # perf_counter when the request was sent
+    connect: float = 0.0  # seconds getting a connection before it: opening a new one, or checking a kept one
     ttft: float | None = None  # seconds to the first chunk carrying output
     e2e: float = 0.0  # seconds to the end of the stream (or the failure)
     itls: list[float] = field(default_factory=list)  # gaps between output chunks

@@ -19,6 +19,7 @@ REQUEST_LOG_FIELDS = (
     "status",
     "scheduled_s",
     "queue_delay_s",
+    "connect_s",
     "ttft_s",
     "e2e_s",
     "itl_mean_s",

@@ -213,7 +213,8 @@ def log_row(
 ) -> dict:
     itls = result.itls
     return {
-        "sent_unix": f"{sent_unix:.6f}",
+        # when the request was written: a new connection is opened first, outside TTFT and e2e
+        "sent_unix": f"{sent_unix + result.connect:.6f}",
         "process": process,
         "workload": workload,
         "outcome": result.outcome,
@@ -221,6 +222,7 @@ def log_row(
         "status": result.status,
         "scheduled_s": "" if scheduled is None else f"{scheduled:.6f}",
         "queue_delay_s": f"{lateness:.6f}",
+        "connect_s": f"{result.connect:.6f}",
         "ttft_s": "" if result.ttft is None else f"{result.ttft:.6f}",
         "e2e_s": f"{result.e2e:.6f}",
         "itl_mean_s": f"{sum(itls) / len(itls):.6f}" if itls else "",
