@@ -39,6 +39,8 @@ logs:  ## follow the stack's logs
 # Two xdist workers: the stack tests (one group, one worker, one shared native stack) beside the rest.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
+# The slowest tests, listed at the end of each phase: where the suite's wall time goes.
+TEST_DURATIONS ?= --durations=25 --durations-min=30
 # Then the compose end-to-end tests (tests/test_compose_e2e.py: a private Docker engine, the local
 # image set, the whole stack on containers), on their own after the rest so that their vLLM never
 # competes with the native stack's for the cores; both phases run, and either failing fails `make test`.
@@ -46,8 +48,8 @@ TEST_WORKERS ?= 2
 test: setup-dev lint  ## lint, then the whole test suite (starts and stops every server it needs)
 	@rc=0; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -m "not compose and not pending" || rc=$$?; \
-	else $(PY) -m pytest -m "not compose and not pending" -n $(TEST_WORKERS) --dist loadgroup || rc=$$?; fi; \
-	$(PY) -m pytest -m "compose and not pending" || rc=$$?; \
+	else $(PY) -m pytest -m "not compose and not pending" -n $(TEST_WORKERS) --dist loadgroup $(TEST_DURATIONS) || rc=$$?; fi; \
+	$(PY) -m pytest -m "compose and not pending" $(TEST_DURATIONS) || rc=$$?; \
 	exit $$rc
 
 test-compose: setup-dev  ## the compose stack on real containers (a private Docker engine, local images; slow)
