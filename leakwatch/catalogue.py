@@ -80,6 +80,60 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+# One PromQL token at a time, for with_matcher: what to copy unchanged, and the metric identifiers.
+_TOKEN = re.compile(
+    r"(?P<string>\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|`[^`]*`)"
+    r"|(?P<range>\[[^\]]*\])"
+    r"|(?P<labels>\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\))"
+    r"|(?P<ident>(?<![\w.:])[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"|(?P<other>.)",
+    re.S | re.I,
+)
+_GROUPING = re.compile(r"(by|without)\s*\(", re.I)
+
+
+def with_matcher(expr: str, matcher: str) -> str:
+    """`expr` with `matcher` (e.g. `deployment="canary"`) added to every series it selects, so one
+    query serves each side of a comparison. A selector that already has matchers gets it appended."""
+    if not matcher.strip():
+        return expr
+    out: list[str] = []
+    pos = 0
+    while pos < len(expr):
+        token = _TOKEN.match(expr, pos)
+        assert token is not None  # `other` matches any character
+        pos = token.end()
+        word = token.group("ident")
+        if word is None:
+            out.append(token.group(0))
+            continue
+        rest = expr[pos:].lstrip()
+        if word.lower() in PROMQL_KEYWORDS or rest.startswith("(") or _GROUPING.match(rest):
+            out.append(word)  # a function, an aggregation (`sum by (x) (...)` too) or a keyword
+        elif rest.startswith("{"):
+            body_start = expr.index("{", pos) + 1
+            body_end = _selector_end(expr, body_start)
+            body = expr[body_start:body_end].strip().rstrip(",")
+            out.append(f"{word}{{{body + ', ' if body else ''}{matcher}}}")
+            pos = body_end + 1
+        else:
+            out.append(f"{word}{{{matcher}}}")
+    return "".join(out)
+
+
+def _selector_end(expr: str, pos: int) -> int:
+    """Where the selector body starting at `pos` closes (a `}` inside a quoted value does not)."""
+    while pos < len(expr):
+        string = _STRING.match(expr, pos)
+        if string:
+            pos = string.end()
+        elif expr[pos] == "}":
+            return pos
+        else:
+            pos += 1
+    raise ValueError(f"unclosed selector in {expr!r}")
+
+
 def load_csv(path: Path) -> dict[str, dict]:
     """A metric list file: `metric, type, help[, labels]` rows; '#' starts a comment line.
 

@@ -114,34 +114,49 @@ def make(
 
 
 def to_openmetrics(
-    s: Scenario, job: str = "vllm", instance: str = "127.0.0.1:8000", alerts: tuple[tuple[str, float, float], ...] = ()
+    s: Scenario,
+    job: str = "vllm",
+    instance: str = "127.0.0.1:8000",
+    alerts: tuple[tuple[str, float, float], ...] = (),
+    sides: dict[str, Scenario] | None = None,
+    side_label: str = "deployment",
 ) -> str:
     """The scenario as vLLM and exporter series (timestamps in seconds, `# EOF` last), for
-    `promtool tsdb create-blocks-from openmetrics`; `alerts` (name, from, to) become ALERTS series."""
-    lab = f'job="{job}",instance="{instance}"'
+    `promtool tsdb create-blocks-from openmetrics`; `alerts` (name, from, to) become ALERTS series.
+    With `sides` ({"stable": s, "canary": s2}), each scenario's vLLM and exporter series carry
+    `side_label="<name>"` (a stable and a canary deployment scraped by one Prometheus) and `s` is
+    not written."""
+    parts = [("", s)] if sides is None else [(f',{side_label}="{name}"', side) for name, side in sides.items()]
     out = [
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
     ]
-    out += [
-        f'vllm:request_success_total{{{lab},model_name="demo",finished_reason="length"}} {r:.0f} {t:.3f}'
-        for t, r in zip(s.t, s.requests)
-    ]
+    for extra, sc in parts:
+        lab = f'job="{job}",instance="{instance}"{extra}'
+        out += [
+            f'vllm:request_success_total{{{lab},model_name="demo",finished_reason="length"}} {r:.0f} {t:.3f}'
+            for t, r in zip(sc.t, sc.requests)
+        ]
     out += ["# HELP process_start_time_seconds Start time of the process.", "# TYPE process_start_time_seconds gauge"]
-    out += [f"process_start_time_seconds{{{lab}}} {st:.3f} {t:.3f}" for t, st in zip(s.t, s.start_time)]
-    exp = 'job="leakwatch",instance="127.0.0.1:9405"'
+    for extra, sc in parts:
+        lab = f'job="{job}",instance="{instance}"{extra}'
+        out += [f"process_start_time_seconds{{{lab}}} {st:.3f} {t:.3f}" for t, st in zip(sc.t, sc.start_time)]
     out += [
         "# HELP leakwatch_process_resident_memory_bytes RSS per role.",
         "# TYPE leakwatch_process_resident_memory_bytes gauge",
     ]
-    for role, values in s.memory.items():
-        out += [
-            f'leakwatch_process_resident_memory_bytes{{{exp},role="{role}",rank=""}} {v:.0f} {t:.3f}'
-            for t, v in zip(s.t, values)
-        ]
+    for extra, sc in parts:
+        exp = f'job="leakwatch",instance="127.0.0.1:9405"{extra}'
+        for role, values in sc.memory.items():
+            out += [
+                f'leakwatch_process_resident_memory_bytes{{{exp},role="{role}",rank=""}} {v:.0f} {t:.3f}'
+                for t, v in zip(sc.t, values)
+            ]
     out += ["# HELP leakwatch_process_swap_bytes Swap per role.", "# TYPE leakwatch_process_swap_bytes gauge"]
-    for role in s.memory:
-        out += [f'leakwatch_process_swap_bytes{{{exp},role="{role}",rank=""}} 0 {t:.3f}' for t in s.t]
+    for extra, sc in parts:
+        exp = f'job="leakwatch",instance="127.0.0.1:9405"{extra}'
+        for role in sc.memory:
+            out += [f'leakwatch_process_swap_bytes{{{exp},role="{role}",rank=""}} 0 {t:.3f}' for t in sc.t]
     out += ["# HELP node_memory_MemAvailable_bytes Memory available.", "# TYPE node_memory_MemAvailable_bytes gauge"]
     out += [f'node_memory_MemAvailable_bytes{{job="node",instance="127.0.0.1:9100"}} {8e9:.0f} {t:.3f}' for t in s.t]
     if alerts:

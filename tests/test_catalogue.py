@@ -2,7 +2,8 @@
 
 import pytest
 
-from leakwatch.catalogue import dcgm_metrics, exposed_names, metric_names
+from leakwatch.catalogue import dcgm_metrics, exposed_names, metric_names, with_matcher
+from leakwatch.leakcheck.collect import all_queries
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,28 @@ def test_dcgm_list_has_framebuffer_metrics():
     assert metrics["DCGM_FI_DEV_FB_USED"]["type"] == "gauge"
     assert "MiB" in metrics["DCGM_FI_DEV_FB_FREE"]["help"]
     assert "nvidia_smi_memory_used" not in metrics
+
+
+def test_with_matcher_narrows_every_series_of_an_expression_to_one_deployment():
+    m = 'deployment="canary"'
+    assert with_matcher("sum(vllm:request_success_total)", m) == 'sum(vllm:request_success_total{deployment="canary"})'
+    assert (
+        with_matcher('max(process_start_time_seconds{job="vllm",})', m)
+        == 'max(process_start_time_seconds{job="vllm", deployment="canary"})'
+    )
+    # Aggregations with a grouping before their argument, label lists, ranges, offsets, numbers,
+    # strings (a `}` inside one too) and functions stay as they were.
+    assert with_matcher(
+        'histogram_quantile(0.9, sum by (le) (rate(x_bucket{path="a}b"}[5m] offset 1h))) > 1e3 and on (instance) up', m
+    ) == (
+        'histogram_quantile(0.9, sum by (le) (rate(x_bucket{path="a}b", deployment="canary"}[5m] offset 1h)))'
+        ' > 1e3 and on (instance) up{deployment="canary"}'
+    )
+    assert (
+        with_matcher('label_replace(sum(a) without (cpu), "role", "api_server", "", "")', m)
+        == 'label_replace(sum(a{deployment="canary"}) without (cpu), "role", "api_server", "", "")'
+    )
+    assert with_matcher("sum(a)", "") == "sum(a)"
+    # The names an expression selects are the same before and after.
+    for expr in all_queries():
+        assert metric_names(with_matcher(expr, m)) == metric_names(expr), expr

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..catalogue import host_leak_measure
+from ..catalogue import host_leak_measure, with_matcher
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..rules import config as alert_config
@@ -111,15 +111,23 @@ def _key(kind: str, labels: dict, key_labels: tuple[str, ...]) -> str:
     return "/".join(p for p in parts if p != "")
 
 
-def collect(prom: Prometheus, start: float, end: float, step: float) -> tuple[Timeline, list[MemorySeries]]:
-    requests = _one(prom.query_range(REQUESTS, start, end, step))
+def collect(
+    prom: Prometheus, start: float, end: float, step: float, matcher: str = ""
+) -> tuple[Timeline, list[MemorySeries]]:
+    """The check's samples; `matcher` (e.g. `deployment="canary"`) narrows every query to one side."""
+
+    def query_range(expr: str) -> list[dict]:
+        return prom.query_range(with_matcher(expr, matcher), start, end, step)
+
+    only = f" with {{{matcher}}}" if matcher else ""
+    requests = _one(query_range(REQUESTS))
     if not requests:
         raise LeakwatchError(
-            f"Prometheus at {prom.base_url} has no vllm:request_success_total between {_iso(start)} and "
+            f"Prometheus at {prom.base_url} has no vllm:request_success_total{only} between {_iso(start)} and "
             f"{_iso(end)}; is it the stack's Prometheus, and did vLLM serve requests in that window?"
         )
-    started = _one(prom.query_range(START_TIME, start, end, step))
-    ready = _one(prom.query_range(BASELINE_READY, start, end, step))
+    started = _one(query_range(START_TIME))
+    ready = _one(query_range(BASELINE_READY))
     grid = sorted(requests)
     timeline = Timeline.build(
         grid,
@@ -131,10 +139,10 @@ def collect(prom: Prometheus, start: float, end: float, step: float) -> tuple[Ti
     series: list[MemorySeries] = []
     for group in MEMORY_GROUPS:
         for query in group:
-            found = prom.query_range(query.expr, start, end, step)
+            found = query_range(query.expr)
             if not found:
                 continue
-            headroom = _headroom(prom, query, end)
+            headroom = _headroom(prom, query, end, matcher)
             for item in found:
                 labels = {k: v for k, v in item["metric"].items() if k in query.key_labels}
                 values = np.array([[float(t), float(v)] for t, v in item["values"]])
@@ -154,17 +162,17 @@ def collect(prom: Prometheus, start: float, end: float, step: float) -> tuple[Ti
             break
     if not series:
         raise LeakwatchError(
-            f"Prometheus at {prom.base_url} has no vLLM memory series between {_iso(start)} "
+            f"Prometheus at {prom.base_url} has no vLLM memory series{only} between {_iso(start)} "
             f"and {_iso(end)} (neither leakwatch exporter, DCGM nor vLLM's process_* metrics)"
         )
     series.sort(key=lambda s: s.key)
     return timeline, series
 
 
-def _headroom(prom: Prometheus, query: MemoryQuery, at: float) -> dict[str, float]:
+def _headroom(prom: Prometheus, query: MemoryQuery, at: float, matcher: str = "") -> dict[str, float]:
     """Bytes left at `at`, keyed by GPU index ("" for host memory)."""
     out = {}
-    for item in prom.query(query.headroom, at=at):
+    for item in prom.query(with_matcher(query.headroom, matcher), at=at):
         value = float(item["value"][1])
         if math.isfinite(value):
             out[item["metric"].get("gpu", "")] = value

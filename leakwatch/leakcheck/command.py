@@ -2,6 +2,8 @@
 and GPU in a window and prints bytes per request, growth per hour and time to exhaustion.
 
 Exit codes (a CI gate after a soak run): 0 NO-LEAK, 1 LEAK, 3 INCONCLUSIVE, 2 error.
+With --compare STABLE CANARY, two deployments side by side (leakcheck/compare.py): 0 the canary leaks
+LESS or the SAME, 1 MORE, 3 INCONCLUSIVE.
 The decision rule and its thresholds: config/leak_check.yaml and docs/leak-check.md.
 """
 
@@ -16,7 +18,7 @@ import sys
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..settings import load as load_settings
-from . import config as check_config
+from . import compare, config as check_config
 from .analysis import CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
 from .window import iso, parse_duration, resolve
@@ -86,9 +88,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", default=None, metavar="TIME", help="window start (unix seconds or ISO 8601)")
     parser.add_argument("--end", default=None, metavar="TIME", help="window end (default: now)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        default=None,
+        metavar=("STABLE", "CANARY"),
+        help="compare two deployments' bytes/request (values of --compare-label): LESS, SAME, MORE or "
+        "INCONCLUSIVE for the canary; exit 0 LESS or SAME, 1 MORE, 3 INCONCLUSIVE",
+    )
+    parser.add_argument(
+        "--compare-label", default=None, metavar="LABEL", help="the label they differ in (default compare.label)"
+    )
+    parser.add_argument(
+        "--daily-requests",
+        type=float,
+        default=None,
+        metavar="N",
+        help="traffic the smallest deciding canary share is sized for (default compare.daily_requests)",
+    )
+    parser.add_argument(
+        "--decide-within",
+        type=parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="time the smallest deciding canary share is sized for (default compare.decide_within_seconds)",
+    )
 
 
-def run_check(args: argparse.Namespace, start: float, end: float) -> CheckResult:
+def side_matcher(label: str, value: str) -> str:
+    """`label="value"`, the value escaped as PromQL strings are."""
+    if not check_config.LABEL_NAME.fullmatch(label):
+        raise LeakwatchError(f"--compare-label {label!r} is not a Prometheus label name")
+    if not value:
+        raise LeakwatchError("--compare needs two non-empty deployment names")
+    return f'{label}="{json.dumps(value)[1:-1]}"'
+
+
+def run_compare(args: argparse.Namespace, start: float, end: float) -> compare.Comparison:
+    stable_name, canary_name = args.compare
+    if stable_name == canary_name:
+        raise LeakwatchError(f"--compare needs two different deployments, not {stable_name!r} twice")
+    cfg = check_config.load(args.config)
+    label = args.compare_label or cfg.compare_label
+    daily = args.daily_requests if args.daily_requests is not None else cfg.compare_daily_requests
+    within = args.decide_within if args.decide_within is not None else cfg.compare_decide_within_seconds
+    if not (daily > 0 and within > 0 and math.isfinite(daily)):
+        raise LeakwatchError("--daily-requests and --decide-within must be positive")
+    stable = run_check(args, start, end, side_matcher(label, stable_name))
+    canary = run_check(args, start, end, side_matcher(label, canary_name))
+    return compare.compare((stable_name, canary_name), stable, canary, daily, within)
+
+
+def run_check(args: argparse.Namespace, start: float, end: float, matcher: str = "") -> CheckResult:
     """The one code path `check` and `report` compute their numbers with."""
     if not (args.time_compression > 0 and math.isfinite(args.time_compression)):
         raise LeakwatchError(f"--time-compression must be a positive number, not {args.time_compression}")
@@ -101,7 +152,7 @@ def run_check(args: argparse.Namespace, start: float, end: float) -> CheckResult
     prom = Prometheus(args.prometheus or default_prometheus_url())
     scrape = parse_duration(load_settings().prometheus["scrape_interval"])
     step = args.step or choose_step(start, end, scrape, cfg.max_points)
-    timeline, series = collect(prom, start, end, step)
+    timeline, series = collect(prom, start, end, step, matcher)
     return analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
 
 
@@ -134,6 +185,14 @@ def format_text(result: CheckResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     start, end = resolve(args.start, args.end, args.window)
+    if args.compare:
+        comparison = run_compare(args, start, end)
+        if args.json:
+            json.dump(comparison.as_dict(), sys.stdout, indent=1)
+            print()
+        else:
+            print(compare.format_text(comparison))
+        return comparison.exit_code
     result = run_check(args, start, end)
     if args.json:
         json.dump(result.as_dict(), sys.stdout, indent=1)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .. import config_schema
-from ..config_schema import INT, NUM, Key, Schema, at_least, fraction, in_range, non_negative, positive
+from ..config_schema import INT, NUM, STR, Key, Schema, at_least, fraction, in_range, non_negative, positive
 from ..paths import CONFIG_DIR
 
 CONFIG_FILE = CONFIG_DIR / "leak_check.yaml"
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -24,12 +26,19 @@ class CheckConfig:
     warmup_requests: float
     max_gap_seconds: float
     max_points: int
+    compare_label: str  # `check --compare`: the label that tells the deployments apart
+    compare_daily_requests: float
+    compare_decide_within_seconds: float
 
     def with_overrides(self, **values) -> CheckConfig:
         return replace(self, **{k: v for k, v in values.items() if v is not None})
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def label_name(value) -> str | None:
+    return None if LABEL_NAME.fullmatch(value) else f"{value!r} is not a Prometheus label name"
 
 
 SCHEMA: Schema = {
@@ -43,12 +52,17 @@ SCHEMA: Schema = {
     },
     "warmup": {"seconds": Key(NUM, check=non_negative), "requests": Key(NUM, check=non_negative)},
     "sampling": {"max_gap_seconds": Key(NUM, check=positive), "max_points": Key(INT, check=at_least(3))},
+    "compare": {
+        "label": Key(STR, check=label_name),
+        "daily_requests": Key(NUM, check=positive),
+        "decide_within_seconds": Key(NUM, check=positive),
+    },
 }
 
 
 def load(path: Path = CONFIG_FILE) -> CheckConfig:
     raw = config_schema.load(path, SCHEMA, "the leak-check thresholds")
-    verdict, warmup, sampling = raw["verdict"], raw["warmup"], raw["sampling"]
+    verdict, warmup, sampling, comparing = raw["verdict"], raw["warmup"], raw["sampling"], raw["compare"]
     return CheckConfig(
         confidence=float(verdict["confidence"]),
         min_bytes_per_request=float(verdict["min_bytes_per_request"]),
@@ -60,4 +74,7 @@ def load(path: Path = CONFIG_FILE) -> CheckConfig:
         warmup_requests=float(warmup["requests"]),
         max_gap_seconds=float(sampling["max_gap_seconds"]),
         max_points=sampling["max_points"],
+        compare_label=comparing["label"],
+        compare_daily_requests=float(comparing["daily_requests"]),
+        compare_decide_within_seconds=float(comparing["decide_within_seconds"]),
     )
