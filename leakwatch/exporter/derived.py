@@ -12,8 +12,8 @@ host memory measured as anonymous memory + swap per role (a leak pushed to swap 
 pages the kernel drops and faults back in do not) and GPU memory as the device's used memory.
 
 Retention ratio (the articles' vram_retention_ratio, also computed for host memory per role). A burst
-starts at the first sample with a request in flight or the request counter advanced; "before" is the
-memory at the last idle sample before it. The burst ends at the first sample with nothing in flight
+starts at the first sample with a request in flight or the request or token counters advanced;
+"before" is the lowest memory of the idle samples since the last burst. The burst ends at the first sample with nothing in flight
 and no new request; once vLLM has stayed idle for `retention_idle_s`:
 
     retention = (memory idle after - memory before) / (peak during the burst - memory before)
@@ -98,7 +98,11 @@ class Retention:
             self._raise_peak(burst, memory)
             return
         if burst is None:
-            self._idle_memory = memory
+            # The lowest idle reading since the last burst: a sample that took a burst's first
+            # requests for idle (none finished yet, the engine gauges between steps) must not
+            # become the memory the burst is measured from.
+            last = self._idle_memory or {}
+            self._idle_memory = {key: min(value, last.get(key, value)) for key, value in memory.items()}
             return
         self._raise_peak(burst, memory)  # memory can still climb as the last responses finish
         if burst.idle_since is None:
@@ -148,11 +152,13 @@ class DerivedState:
         self._identity: tuple[int, int] | None = None
         self._warm_since: float | None = None
         self._last_requests: float | None = None
+        self._last_tokens: float | None = None
 
     def _reset(self) -> None:
         self.baseline = None
         self._warm_since = None
         self._last_requests = None
+        self._last_tokens = None
         self.retention.reset()
 
     def update(self, sample: Sample) -> None:
@@ -169,8 +175,13 @@ class DerivedState:
         requests = sample.vllm.requests_served
         if self._last_requests is not None and requests < self._last_requests:
             self._reset()  # the counter went back: a restart this exporter did not see as one
-        busy = sample.vllm.in_flight > 0 or (self._last_requests is not None and requests > self._last_requests)
-        self._last_requests = requests
+        tokens = sample.vllm.tokens_processed
+        busy = (
+            sample.vllm.in_flight > 0
+            or (self._last_requests is not None and requests > self._last_requests)
+            or (self._last_tokens is not None and tokens > self._last_tokens)
+        )
+        self._last_requests, self._last_tokens = requests, tokens
         self._maybe_take_baseline(sample, requests)
         self.retention.update(sample.time, busy, sample.vllm.in_flight > 0, sample.memory())
 

@@ -1,6 +1,7 @@
-"""vLLM's own /metrics and /health: requests served, requests in flight, series count, health.
+"""vLLM's own /metrics and /health: requests served, requests in flight, tokens processed, series
+count, health.
 
-Only three families are read, so a line scan replaces a full exposition parser: vLLM's /metrics runs
+Only five families are read, so a line scan replaces a full exposition parser: vLLM's /metrics runs
 to thousands of histogram lines and this runs on every scrape.
 """
 
@@ -16,6 +17,8 @@ VLLM_HEALTH_PATH = ready_path("vllm")  # 200 only while its engine is alive
 
 REQUESTS_SERVED = "vllm:request_success_total"
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+# Advance at every engine step with work, so they show a busy server between two finished requests.
+TOKENS_PROCESSED = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 
 
 @dataclass(frozen=True)
@@ -23,12 +26,14 @@ class VllmStats:
     series: int  # sample lines: the cardinality of vLLM's /metrics
     requests_served: float  # sum over engines, models and finish reasons
     in_flight: float  # running + waiting
+    tokens_processed: float = 0.0  # prompt + generated tokens, sum over engines and models
 
 
 def parse_metrics(text: str) -> VllmStats:
     series = 0
     served = 0.0
     in_flight = 0.0
+    tokens = 0.0
     seen_served = False
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -38,7 +43,7 @@ def parse_metrics(text: str) -> VllmStats:
             continue
         end = len(line.split("{", 1)[0].split(" ", 1)[0])
         name = line[:end]
-        if name != REQUESTS_SERVED and name not in IN_FLIGHT:
+        if name != REQUESTS_SERVED and name not in IN_FLIGHT and name not in TOKENS_PROCESSED:
             continue
         # The value follows the label set (whose values may contain spaces); a timestamp may follow it.
         rest = line[line.rindex("}") + 1 :] if "{" in line else line[end:]
@@ -46,11 +51,13 @@ def parse_metrics(text: str) -> VllmStats:
         if name == REQUESTS_SERVED:
             served += value
             seen_served = True
-        else:
+        elif name in IN_FLIGHT:
             in_flight += value
+        else:
+            tokens += value
     if not seen_served:
         raise ValueError(f"no {REQUESTS_SERVED} in vLLM's /metrics: not a vLLM server, or a vLLM without it")
-    return VllmStats(series=series, requests_served=served, in_flight=in_flight)
+    return VllmStats(series=series, requests_served=served, in_flight=in_flight, tokens_processed=tokens)
 
 
 class VllmUnreachable(Exception):

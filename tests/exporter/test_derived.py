@@ -9,11 +9,13 @@ MIB = 1 << 20
 API = (100, 1100)
 
 
-def sample(t, served, in_flight=0, host=None, gpu=None, identity=API, healthy=True, up=True):
+def sample(t, served, in_flight=0, host=None, gpu=None, identity=API, healthy=True, up=True, tokens=0.0):
     return Sample(
         time=t,
         identity=identity,
-        vllm=VllmStats(series=400, requests_served=served, in_flight=in_flight) if up else None,
+        vllm=VllmStats(series=400, requests_served=served, in_flight=in_flight, tokens_processed=tokens)
+        if up
+        else None,
         healthy=healthy,
         host={"api_server": 600 * MIB} if host is None else host,
         gpu=gpu,
@@ -150,6 +152,37 @@ def test_a_burst_whose_counter_moved_on_both_sides_of_a_sample_is_rated_without_
     state.update(sample(8, 40, host={"api_server": 610 * MIB}))
     assert state.retention.ratios == {("host", "api_server"): 0.25}  # (610 - 600) / (640 - 600)
     assert state.retention.rated_bursts == 1
+
+
+def test_a_burst_whose_first_sample_looked_idle_is_measured_from_the_memory_before_it():
+    """Requests arrived and hold their allocations, none finished and the engine gauge read 0 (the
+    CI failure of the stack test's control run): that sample looks idle. The burst is still measured
+    from the memory before the requests came, and tokens generated mark the next sample busy."""
+    state = DerivedState(warmup_requests=0, retention_idle_s=5, retention_min_gain_bytes=MIB)
+    state.update(sample(0, 10, tokens=500, host={"api_server": 600 * MIB}))
+    state.update(sample(1, 10, tokens=500, host={"api_server": 632 * MIB}))  # 16 requests, none done
+    state.update(sample(2, 10, tokens=900, host={"api_server": 640 * MIB}))  # tokens moved: busy
+    state.update(sample(3, 12, tokens=1300, host={"api_server": 620 * MIB}))
+    state.update(sample(4, 26, tokens=1300, host={"api_server": 600 * MIB}))
+    state.update(sample(5, 26, tokens=1300, host={"api_server": 600 * MIB}))  # idle from here
+    state.update(sample(10, 26, tokens=1300, host={"api_server": 600 * MIB}))
+    assert state.retention.ratios == {("host", "api_server"): 0.0}  # (600 - 600) / (640 - 600)
+    assert state.retention.rated_bursts == 1
+
+
+def test_token_counters_alone_keep_a_burst_open():
+    """Long generations: no request finishes for a while and the gauges read 0 between steps, but
+    tokens keep coming; the burst does not end, so its idle wait starts after the last token."""
+    state = DerivedState(warmup_requests=0, retention_idle_s=5, retention_min_gain_bytes=MIB)
+    state.update(sample(0, 10, tokens=0, host={"api_server": 600 * MIB}))
+    for t in range(1, 9):
+        state.update(sample(t, 10, tokens=100 * t, host={"api_server": 650 * MIB}))
+    state.update(sample(9, 11, tokens=800, host={"api_server": 600 * MIB}))  # done
+    state.update(sample(10, 11, tokens=800, host={"api_server": 600 * MIB}))  # idle from here
+    state.update(sample(14, 11, tokens=800, host={"api_server": 600 * MIB}))
+    assert state.retention.rated_bursts == 0  # idle for 4 s only
+    state.update(sample(15, 11, tokens=800, host={"api_server": 600 * MIB}))
+    assert state.retention.ratios == {("host", "api_server"): 0.0}
 
 
 def test_more_traffic_during_the_idle_wait_extends_the_burst():

@@ -1,4 +1,4 @@
-"""Reading vLLM's /metrics: requests served, requests in flight, series count."""
+"""Reading vLLM's /metrics: requests served, requests in flight, tokens processed, series count."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def test_real_vllm_exposition():
     stats = parse_metrics(VLLM_METRICS)
     assert stats.requests_served == 410  # 32 stop + 378 length
     assert stats.in_flight == 0
+    assert stats.tokens_processed == 4468 + 21249  # prompt + generation, not the per-request histograms
     sample_lines = [line for line in VLLM_METRICS.splitlines() if line and not line.startswith("#")]
     assert stats.series == len(sample_lines) == 430
 
