@@ -37,6 +37,10 @@ COMMANDS = {
         "leakwatch.backtest.command",
         "evaluate alert rules over a multi-day history (would they have caught it?)",
     ),
+    "canary-router": (
+        "leakwatch.canary.command",
+        "HAProxy config for a stable + canary vLLM, and the split of a running router",
+    ),
     "metrics-record": (
         "leakwatch.metrics_record",
         "record (or --check) config/metrics/ for vLLM and node exporter from the real servers",

@@ -30,6 +30,7 @@ fi
 apt_packages=()
 if [ $native = 1 ] || [ $dev = 1 ]; then
   apt_packages+=(prometheus prometheus-alertmanager prometheus-node-exporter)
+  apt_packages+=(haproxy)   # the canary router (leakwatch/canary/router.py), Debian's 2.6
 fi
 if [ $dev = 1 ]; then
   apt_packages+=(chromium)   # renders `leakwatch report` for its screenshot test
@@ -60,7 +61,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   # runs its own copies, so stop the ones this script just installed.
   if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
     for pkg in "${missing[@]}"; do
-      case "$pkg" in prometheus*) $sudo systemctl disable --now "$pkg" >/dev/null 2>&1 || true ;; esac
+      case "$pkg" in prometheus* | haproxy) $sudo systemctl disable --now "$pkg" >/dev/null 2>&1 || true ;; esac
     done
   fi
 fi

@@ -32,7 +32,15 @@ ABS_TOLERANCE_S = 0.002
 REL_TOLERANCE = 0.05
 
 
-def start(port: int, log_path: Path, seed: int = 0) -> subprocess.Popen:
+def start(
+    port: int,
+    log_path: Path,
+    seed: int = 0,
+    ttft_median_ms: float = TTFT_MEDIAN_MS,
+    itl_mean_ms: float = ITL_MEAN_MS,
+) -> subprocess.Popen:
+    """The reference server on 127.0.0.1:port, once it answers (faster scripts for tests that only
+    need a real streaming server, not the benchmark's timings)."""
     cmd = [
         sys.executable,
         "-m",
@@ -44,11 +52,11 @@ def start(port: int, log_path: Path, seed: int = 0) -> subprocess.Popen:
         "--model",
         MODEL,
         "--ttft-median-ms",
-        str(TTFT_MEDIAN_MS),
+        str(ttft_median_ms),
         "--ttft-sigma",
         str(TTFT_SIGMA),
         "--itl-mean-ms",
-        str(ITL_MEAN_MS),
+        str(itl_mean_ms),
         "--itl-shape",
         str(ITL_SHAPE),
         "--seed",

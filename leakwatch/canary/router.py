@@ -1,0 +1,153 @@
+"""The canary router: HAProxy sending each request to the stable or the canary vLLM by weight.
+
+Weighted round robin (`balance roundrobin`) per request, also on kept-alive client connections, so
+1000 requests at 10 % give the canary 100 of them, not whatever a few long connections happened to
+pick. The weights are percentages of the stable/canary pair; they change at run time over HAProxy's
+admin socket (`set weight`), which applies to the next request and leaves requests in flight where
+they are: a weight change drops nothing. Responses name the side that served them
+(`X-Leakwatch-Deployment`), and HAProxy's own stats count each side's requests.
+
+The router streams (no response buffering; long server timeout for long generations) and answers
+its own health path without touching either vLLM, so "router up" and "a side up" stay apart: a side
+whose /health fails is taken out of rotation by HAProxy's checks until it answers again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import LeakwatchError
+from ..settings import StackSettings, ready_path
+
+BACKEND = "vllm"
+SIDES = ("stable", "canary")  # HAProxy's server names, and the deployment label's values
+SERVED_BY_HEADER = "X-Leakwatch-Deployment"
+# A generation can stream for minutes; the client side gets the same allowance.
+STREAM_TIMEOUT_S = 600
+HEALTH_CHECK_INTERVAL_S = 2
+
+
+@dataclass(frozen=True)
+class Split:
+    """The share of requests the canary gets, in whole percent (HAProxy weights 0-256)."""
+
+    canary_percent: int
+
+    def __post_init__(self) -> None:
+        value = self.canary_percent
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+            raise LeakwatchError(f"canary percent must be a whole number 0-100 (got {value!r})")
+
+    @classmethod
+    def parse(cls, text: str) -> Split:
+        try:
+            return cls(int(text.strip().rstrip("%")))
+        except ValueError:
+            raise LeakwatchError(f"canary percent must be a whole number 0-100 (got {text!r})") from None
+
+    @property
+    def weights(self) -> dict[str, int]:
+        return {"stable": 100 - self.canary_percent, "canary": self.canary_percent}
+
+
+def default_split(settings: StackSettings) -> Split:
+    return Split(settings.service("canary_router").extra["canary_percent"])
+
+
+def _address(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.path.strip("/"):
+        raise LeakwatchError(f"{url!r}: a side is a plain http://host:port URL (vLLM's own server)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise LeakwatchError(f"{url!r} has no valid port") from None
+    return f"{parts.hostname}:{port or 80}"
+
+
+def haproxy_config(
+    listen: str, port: int, sides: dict[str, str], split: Split, admin_socket: Path | None, header: str = ""
+) -> str:
+    """haproxy.cfg for the router listening on listen:port, `sides` mapping stable/canary to URLs."""
+    if set(sides) != set(SIDES):
+        raise LeakwatchError(f"the router needs exactly the sides {SIDES} (got {sorted(sides)})")
+    weights = split.weights
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines += ["global", "  log stdout format raw local0 info", "  maxconn 4096"]
+    if admin_socket is not None:
+        lines.append(f"  stats socket {admin_socket} mode 600 level admin")
+    lines += [
+        "",
+        "defaults",
+        "  mode http",
+        "  log global",
+        "  option httplog",
+        "  timeout connect 5s",
+        "  timeout http-request 30s",
+        "  timeout http-keep-alive 60s",
+        f"  timeout client {STREAM_TIMEOUT_S}s",
+        f"  timeout server {STREAM_TIMEOUT_S}s",
+        "",
+        "frontend canary_router",
+        f"  bind {listen}:{port}",
+        f"  monitor-uri {ready_path('canary_router')}",
+        f"  default_backend {BACKEND}",
+        "",
+        f"backend {BACKEND}",
+        "  balance roundrobin",
+        f"  option httpchk GET {ready_path('vllm')}",
+        "  http-check expect status 200",
+        f"  http-response set-header {SERVED_BY_HEADER} %s",
+        # A connection error before the request was sent goes to the other side once.
+        "  retries 1",
+        "  option redispatch",
+    ]
+    for side in SIDES:
+        lines.append(
+            f"  server {side} {_address(sides[side])} weight {weights[side]} check inter {HEALTH_CHECK_INTERVAL_S}s"
+        )
+    return "\n".join(lines) + "\n"
+
+
+class RouterAdmin:
+    """HAProxy's admin socket: one command per connection (its non-interactive mode)."""
+
+    def __init__(self, path: Path, timeout_s: float = 5.0):
+        self.path = path
+        self.timeout_s = timeout_s
+
+    def command(self, line: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(self.timeout_s)
+            try:
+                sock.connect(str(self.path))
+            except OSError as exc:
+                raise LeakwatchError(f"router admin socket {self.path}: {exc.strerror or exc}") from None
+            sock.sendall(line.encode() + b"\n")
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def set_split(self, split: Split) -> None:
+        for side, weight in split.weights.items():
+            answer = self.command(f"set weight {BACKEND}/{side} {weight}").strip()
+            if answer:  # HAProxy answers nothing on success
+                raise LeakwatchError(f"HAProxy refused weight {weight} for {side}: {answer}")
+
+    def split(self) -> dict[str, int]:
+        """Each side's current weight."""
+        return {side: int(self.command(f"get weight {BACKEND}/{side}").split()[0]) for side in SIDES}
+
+    def served(self) -> dict[str, int]:
+        """Requests each side has been sent since the router started (HAProxy's stot)."""
+        text = self.command("show stat").lstrip("# ")
+        rows = csv.DictReader(io.StringIO(text))
+        return {
+            row["svname"]: int(row["stot"] or 0) for row in rows if row["pxname"] == BACKEND and row["svname"] in SIDES
+        }
