@@ -9,6 +9,7 @@ import concurrent.futures
 import csv
 import io
 import itertools
+import socket
 import subprocess
 import threading
 import time
@@ -215,3 +216,13 @@ def test_bad_splits_and_sides_are_refused_clearly(tmp_path):
         haproxy_config("127.0.0.1", 1, {"stable": "http://a:1", "canary": "https://b:2/v1"}, Split(10), None)
     with pytest.raises(LeakwatchError, match="admin socket"):
         RouterAdmin(tmp_path / "none.sock").split()
+
+
+def test_an_admin_socket_that_never_answers_is_a_clear_error(tmp_path):
+    """A hung HAProxy (or something else on that path): an error naming the socket, not a hang."""
+    path = tmp_path / "hung.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        with pytest.raises(LeakwatchError, match=r"hung\.sock: timed out"):
+            RouterAdmin(path, timeout_s=0.5).split()

@@ -124,14 +124,14 @@ class RouterAdmin:
     def command(self, line: str) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(self.timeout_s)
+            chunks = []
             try:
                 sock.connect(str(self.path))
-            except OSError as exc:
+                sock.sendall(line.encode() + b"\n")
+                while chunk := sock.recv(65536):
+                    chunks.append(chunk)
+            except OSError as exc:  # refused, missing, or no answer within the timeout
                 raise LeakwatchError(f"router admin socket {self.path}: {exc.strerror or exc}") from None
-            sock.sendall(line.encode() + b"\n")
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
         return b"".join(chunks).decode()
 
     def set_split(self, split: Split) -> None:
