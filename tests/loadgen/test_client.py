@@ -3,6 +3,8 @@ classified failure, never an exception; a good stream is timed chunk by chunk.""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from leakwatch.loadgen.client import StreamingClient, request_body
@@ -33,12 +35,14 @@ def stream(url: str, api: str = "completions", timeout: float = 5.0, model: str 
 
 
 def test_a_good_completions_stream_is_timed_per_chunk():
-    with FakeServer(Stream(good_stream(5, gap=0.02))) as server:
+    with FakeServer(Stream(good_stream(5, gap=0.05))) as server:
         result = stream(server.url)
     assert result.ok, result.message
     assert result.chunks == 5 and len(result.itls) == 4
     assert result.output_tokens == 5 and result.prompt_tokens == 7
-    assert all(gap >= 0.015 for gap in result.itls)  # the server's 20 ms pauses show up between chunks
+    # The server's 50 ms pauses show up between chunks. Not every gap: on a loaded CI host one chunk
+    # read late makes its gap long and the next one short (one read 15 ms of a 20 ms pause).
+    assert statistics.median(result.itls) >= 0.03 and sum(result.itls) >= 0.1, result.itls
     assert 0 < result.ttft < result.e2e
     assert result.tpot == pytest.approx((result.e2e - result.ttft) / 4)
     body = server.requests[0]
