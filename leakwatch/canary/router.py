@@ -52,7 +52,7 @@ class Split:
 
     @property
     def weights(self) -> dict[str, int]:
-        return {"stable": 100 - self.canary_percent, "canary": self.canary_percent}
+        return dict(zip(SIDES, (100 - self.canary_percent, self.canary_percent), strict=True))
 
 
 def default_split(settings: StackSettings) -> Split:

@@ -13,8 +13,9 @@ pages the kernel drops and faults back in do not) and GPU memory as the device's
 
 Retention ratio (the articles' vram_retention_ratio, also computed for host memory per role). A burst
 starts at the first sample with a request in flight or the request or token counters advanced;
-"before" is the lowest memory of the idle samples since the last burst. The burst ends at the first sample with nothing in flight
-and no new request; once vLLM has stayed idle for `retention_idle_s`:
+"before" is the lowest memory of the idle samples since the last burst. The burst ends at the first
+sample with nothing in flight and no counter advanced; once vLLM has stayed idle for
+`retention_idle_s`:
 
     retention = (memory idle after - memory before) / (peak during the burst - memory before)
 
