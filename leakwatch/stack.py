@@ -33,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("STACK", "auto"),
         help="auto (compose when a Docker engine answers), compose or native (env STACK)",
     )
+    parser.add_argument(
+        "--canary",
+        action="store_true",
+        default=os.environ.get("CANARY", "").strip().lower() in ("1", "true", "yes"),
+        help="up: also a canary vLLM of the profile and the weighted router in front of both (env CANARY=1; "
+        "native runner; docs/canary.md)",
+    )
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
 
 
@@ -41,14 +48,20 @@ def run(args: argparse.Namespace) -> int:
     # A running native stack is always the one to act on for down/status/logs.
     if args.action != "up" and (native.is_running() or args.runner == "native"):
         runner = "native"
+    elif args.action == "up" and args.canary and (args.runner or "auto").strip().lower() == "auto":
+        runner = "native"  # the canary topology exists in the native runner only so far
     else:
         runner = choose_runner(args.runner)
     if args.action == "up":
         model_profiles.load(args.model)  # unknown names fail before anything starts
         if runner == "compose":
+            if args.canary:
+                raise LeakwatchError(
+                    "CANARY=1 runs with the native runner only so far (docs/canary.md); use STACK=native"
+                )
             compose_runner.up(args.model)
         else:
-            native.up(args.model)
+            native.up(args.model, canary=args.canary)
         return 0
     if args.action == "down":
         compose_runner.down() if runner == "compose" else native.down()

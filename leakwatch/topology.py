@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .settings import StackSettings
 
 # supervisord's program name for vLLM in the native runner (the healer's restarter stops and starts it).
 VLLM_PROGRAM = "vllm"
+
+# The canary rollout's two sides (docs/canary.md): HAProxy's server names in the router and the
+# values of the `deployment` label Prometheus puts on each side's series.
+DEPLOYMENTS = ("stable", "canary")
+DEPLOYMENT_LABEL = "deployment"
+# With the canary, these jobs scrape one target per side: the stable one is the job's own service,
+# the canary one this service in config/stack.yaml.
+CANARY_SERVICES = {"vllm": "vllm_canary", "leakwatch": "leakwatch_exporter_canary"}
+VLLM_CANARY_PROGRAM = "vllm-canary"
 
 # Prometheus job name -> service in config/stack.yaml. Always present in both runners.
 CORE_JOBS = {
@@ -39,6 +48,8 @@ class ScrapeJob:
     # Services that write their own target file while they run (a load test) use file_sd: no file,
     # no target, so nothing sits `down` when they are not running.
     file_sd: tuple[str, ...] = ()
+    # Labels Prometheus adds to one target's series (static targets only), e.g. its deployment.
+    target_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 # Compose service names (DNS names on the compose network).
@@ -108,8 +119,20 @@ LOADGEN_FILES = "loadgen-*.json"
 COMPOSE_TARGETS_DIR = "/etc/prometheus/targets"
 
 
-def native_jobs(settings: StackSettings, targets_dir: Path | None = None) -> list[ScrapeJob]:
-    jobs = [ScrapeJob(job, [f"127.0.0.1:{settings.service(service).port}"]) for job, service in CORE_JOBS.items()]
+def _native_target(settings: StackSettings, service: str) -> str:
+    return f"127.0.0.1:{settings.service(service).port}"
+
+
+def native_jobs(settings: StackSettings, targets_dir: Path | None = None, canary: bool = False) -> list[ScrapeJob]:
+    """canary: vLLM's and the exporter's jobs scrape both sides, each target labelled with its deployment."""
+    jobs = []
+    for job, service in CORE_JOBS.items():
+        if canary and job in CANARY_SERVICES:
+            sides = dict(zip(DEPLOYMENTS, (service, CANARY_SERVICES[job]), strict=True))
+            targets = {_native_target(settings, svc): {DEPLOYMENT_LABEL: side} for side, svc in sides.items()}
+            jobs.append(ScrapeJob(job, list(targets), target_labels=targets))
+        else:
+            jobs.append(ScrapeJob(job, [_native_target(settings, service)]))
     if targets_dir is not None:
         jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(str(Path(targets_dir) / LOADGEN_FILES),)))
     return jobs

@@ -31,7 +31,7 @@ def _percent(text: str) -> Split:
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     config = sub.add_parser("config", help="print haproxy.cfg for a stable and a canary vLLM")
-    config.add_argument("--stable", required=True, metavar="URL", help="the stable vLLM, e.g. http://127.0.0.1:8001")
+    config.add_argument("--stable", required=True, metavar="URL", help="the stable vLLM (http://host:port)")
     config.add_argument("--canary", required=True, metavar="URL", help="the canary vLLM")
     config.add_argument(
         "--canary-percent", type=_percent, default=None, help="share of requests (default: config/stack.yaml)"

@@ -23,9 +23,10 @@ from urllib.parse import urlsplit
 
 from ..errors import LeakwatchError
 from ..settings import StackSettings, ready_path
+from ..topology import DEPLOYMENTS
 
 BACKEND = "vllm"
-SIDES = ("stable", "canary")  # HAProxy's server names, and the deployment label's values
+SIDES = DEPLOYMENTS  # HAProxy's server names, and the deployment label's values
 SERVED_BY_HEADER = "X-Leakwatch-Deployment"
 # A generation can stream for minutes; the client side gets the same allowance.
 STREAM_TIMEOUT_S = 600
@@ -135,7 +136,13 @@ class RouterAdmin:
         return b"".join(chunks).decode()
 
     def set_split(self, split: Split) -> None:
-        for side, weight in split.weights.items():
+        """One `set weight` per side: the side that gains goes first, so between the two commands
+        the pair never weighs less than the new split (0/100 -> 100/0 lowering first would leave
+        both at 0 for a moment, and HAProxy answers 503 to every request then)."""
+        current = self.split()
+        weights = split.weights
+        for side in sorted(SIDES, key=lambda side: weights[side] <= current[side]):
+            weight = weights[side]
             answer = self.command(f"set weight {BACKEND}/{side} {weight}").strip()
             if answer:  # HAProxy answers nothing on success
                 raise LeakwatchError(f"HAProxy refused weight {weight} for {side}: {answer}")
@@ -144,10 +151,15 @@ class RouterAdmin:
         """Each side's current weight."""
         return {side: int(self.command(f"get weight {BACKEND}/{side}").split()[0]) for side in SIDES}
 
-    def served(self) -> dict[str, int]:
-        """Requests each side has been sent since the router started (HAProxy's stot)."""
+    def sides_up(self) -> dict[str, bool]:
+        """Whether HAProxy's health checks have each side in rotation."""
+        return {side: row["status"] == "UP" for side, row in self._stats().items()}
+
+    def _stats(self) -> dict[str, dict[str, str]]:
         text = self.command("show stat").lstrip("# ")
         rows = csv.DictReader(io.StringIO(text))
-        return {
-            row["svname"]: int(row["stot"] or 0) for row in rows if row["pxname"] == BACKEND and row["svname"] in SIDES
-        }
+        return {row["svname"]: row for row in rows if row["pxname"] == BACKEND and row["svname"] in SIDES}
+
+    def served(self) -> dict[str, int]:
+        """Requests each side has been sent since the router started (HAProxy's stot)."""
+        return {side: int(row["stot"] or 0) for side, row in self._stats().items()}

@@ -40,6 +40,7 @@ from ..paths import REPO_ROOT
 from ..promapi import Prometheus
 from ..rules import config as alert_config
 from ..settings import load as load_settings, ready_path
+from ..topology import CANARY_SERVICES
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
 from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
@@ -47,6 +48,8 @@ from .load import CpuHog, load_average
 from .phases import PhaseWatcher, RecoveryPhases
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
+# Both sides' exporters sample at the drill's pace (the canary's with `make up CANARY=1`'s layout).
+EXPORTER_SERVICES = ("leakwatch_exporter", CANARY_SERVICES["leakwatch"])
 API_MEMORY = (
     'sum(leakwatch_process_anonymous_memory_bytes{role="api_server"})'
     ' or sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
@@ -110,11 +113,11 @@ class DrillStack(NativeStack):
 
     compression = 1.0
 
-    def programs(self, profile, vllm_extra_args=None, vllm_extra_env=None):
-        programs = super().programs(profile, vllm_extra_args, vllm_extra_env)
+    def programs(self, profile, *args, **kwargs):
+        programs = super().programs(profile, *args, **kwargs)
         out = []
         for prog in programs:
-            if prog.name == "leakwatch-exporter":
+            if prog.service in EXPORTER_SERVICES:
                 extra = [
                     "--sample-interval",
                     f"{max(5.0 / self.compression, 0.5):g}",

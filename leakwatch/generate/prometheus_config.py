@@ -43,6 +43,10 @@ def prometheus_config(
             ]
         elif job.file_sd:
             entry["file_sd_configs"] = [{"files": list(job.file_sd), "refresh_interval": "30s"}]
+        elif job.target_labels:
+            entry["static_configs"] = [
+                {"targets": [target], "labels": dict(job.target_labels.get(target, {}))} for target in job.targets
+            ]
         else:
             entry["static_configs"] = [{"targets": list(job.targets)}]
         if basic_auth and job.name in AUTHENTICATED_JOBS:

@@ -52,6 +52,16 @@ class StateLayout:
         return self.secrets / "healer-token"
 
     @property
+    def router_config(self) -> Path:
+        """The canary router's haproxy.cfg (`make up CANARY=1`)."""
+        return self.conf / "haproxy.cfg"
+
+    @property
+    def router_socket(self) -> Path:
+        """HAProxy's admin socket: `leakwatch canary-router set|show --admin-socket <this>`."""
+        return self.root / "router.sock"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.conf / "supervisord.conf"
 

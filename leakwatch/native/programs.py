@@ -12,7 +12,7 @@ from .. import profiles as model_profiles, vllm_key, webauth
 from ..errors import LeakwatchError
 from ..paths import RULES_DIR
 from ..settings import StackSettings
-from ..topology import VLLM_PROGRAM
+from ..topology import CANARY_SERVICES, VLLM_CANARY_PROGRAM, VLLM_PROGRAM
 from .layout import StateLayout
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
@@ -23,6 +23,7 @@ DEBIAN_BINARIES = {
     "prometheus": "prometheus",
     "prometheus-alertmanager": "prometheus-alertmanager",
     "prometheus-node-exporter": "prometheus-node-exporter",
+    "haproxy": "haproxy",
 }
 
 
@@ -37,7 +38,9 @@ class Program:
 
 
 def binary(name: str) -> str:
-    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    # Debian puts haproxy in /usr/sbin, which a user's PATH may leave out.
+    fallback = next((f"{d}/{name}" for d in ("/usr/bin", "/usr/sbin") if Path(f"{d}/{name}").exists()), None)
+    path = shutil.which(name) or fallback
     if not path:
         raise LeakwatchError(
             f"{name} is not installed; `make up` installs it (Debian package {DEBIAN_BINARIES[name]!r}), "
@@ -58,8 +61,11 @@ def vllm_program(
     layout: StateLayout,
     extra_args: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    service: str = "vllm",
+    name: str = VLLM_PROGRAM,
 ) -> Program:
-    port = settings.service("vllm").port
+    """service/name: the canary side is the same vLLM on its own port (vllm_canary, vllm-canary)."""
+    port = settings.service(service).port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     # An optional API key (leakwatch/vllm_key.py): handed over in vLLM's environment, never on its command line.
@@ -84,8 +90,8 @@ def vllm_program(
         *(extra_args or []),
     ]
     return Program(
-        name=VLLM_PROGRAM,
-        service="vllm",
+        name=name,
+        service=service,
         command=command,
         environment={**model_profiles.vllm_environment(profile), **(extra_env or {})},
         stop_wait_s=shutdown_timeout + 15,
@@ -94,6 +100,44 @@ def vllm_program(
 
 
 def stack_programs(
+    settings: StackSettings,
+    profile: model_profiles.Profile,
+    layout: StateLayout,
+    vllm_extra_args: list[str] | None = None,
+    vllm_extra_env: dict[str, str] | None = None,
+    canary: bool = False,
+    canary_vllm_extra_args: list[str] | None = None,
+    canary_vllm_extra_env: dict[str, str] | None = None,
+) -> list[Program]:
+    """canary: a second vLLM of the profile (with its own extra args/env: the candidate build or
+    setting), its exporter, and the router sending each request to one side (docs/canary.md)."""
+    programs = core_programs(settings, profile, layout, vllm_extra_args, vllm_extra_env)
+    if canary:
+        programs += canary_programs(settings, profile, layout, canary_vllm_extra_args, canary_vllm_extra_env)
+    return programs
+
+
+def canary_programs(
+    settings: StackSettings,
+    profile: model_profiles.Profile,
+    layout: StateLayout,
+    extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> list[Program]:
+    vllm_service, exporter_service = CANARY_SERVICES["vllm"], CANARY_SERVICES["leakwatch"]
+    return [
+        vllm_program(settings, profile, layout, extra_args, extra_env, vllm_service, VLLM_CANARY_PROGRAM),
+        exporter_program(settings, layout, vllm_service, exporter_service, "leakwatch-exporter-canary"),
+        Program(
+            name="canary-router",
+            service="canary_router",
+            # -db: stay in the foreground under supervisord; the config is written by the runner.
+            command=[binary("haproxy"), "-db", "-f", str(layout.router_config)],
+        ),
+    ]
+
+
+def core_programs(
     settings: StackSettings,
     profile: model_profiles.Profile,
     layout: StateLayout,
@@ -178,25 +222,31 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
     )
 
 
-def exporter_program(settings: StackSettings, layout: StateLayout) -> Program:
-    """`leakwatch exporter` watching this stack's vLLM (it is healthy before vLLM is: vLLM's state
-    is one of its metrics)."""
+def exporter_program(
+    settings: StackSettings,
+    layout: StateLayout,
+    vllm_service: str = "vllm",
+    service: str = "leakwatch_exporter",
+    name: str = "leakwatch-exporter",
+) -> Program:
+    """`leakwatch exporter` watching one of this stack's vLLMs (it is healthy before vLLM is: vLLM's
+    state is one of its metrics)."""
     return Program(
-        name="leakwatch-exporter",
-        service="leakwatch_exporter",
+        name=name,
+        service=service,
         command=[
             sys.executable,
             "-m",
             "leakwatch",
             "exporter",
             "--vllm-url",
-            f"http://127.0.0.1:{settings.service('vllm').port}",
+            f"http://127.0.0.1:{settings.service(vllm_service).port}",
             "--listen-address",
             settings.bind_address,
             "--port",
-            str(settings.service("leakwatch_exporter").port),
+            str(settings.service(service).port),
             "--state-file",
-            str(layout.data / "leakwatch-exporter.json"),
+            str(layout.data / f"{name}.json"),
         ],
     )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from .. import demo_model, profiles as model_profiles, webauth
+from ..canary.router import RouterAdmin, default_split, haproxy_config
 from ..errors import LeakwatchError
 from ..generate import yamlfmt
 from ..generate.alertmanager_config import native_alertmanager_config
@@ -25,7 +26,7 @@ from ..generate.prometheus_config import prometheus_config
 from ..heal import token as heal_token
 from ..heal.alertmanager import localize
 from ..settings import StackSettings, load as load_settings
-from ..topology import native_jobs
+from ..topology import DEPLOYMENTS, native_jobs
 from . import ports, supervisor
 from .layout import StateLayout
 from .orphan_reaper import terminate_then_kill
@@ -93,8 +94,25 @@ class NativeStack:
 
     # -- up ----------------------------------------------------------------------------------------
 
-    def programs(self, profile, vllm_extra_args=None, vllm_extra_env=None) -> list[Program]:
-        return stack_programs(self.settings, profile, self.layout, vllm_extra_args, vllm_extra_env)
+    def programs(
+        self,
+        profile,
+        vllm_extra_args=None,
+        vllm_extra_env=None,
+        canary=False,
+        canary_vllm_extra_args=None,
+        canary_vllm_extra_env=None,
+    ) -> list[Program]:
+        return stack_programs(
+            self.settings,
+            profile,
+            self.layout,
+            vllm_extra_args,
+            vllm_extra_env,
+            canary,
+            canary_vllm_extra_args,
+            canary_vllm_extra_env,
+        )
 
     def up(
         self,
@@ -104,10 +122,15 @@ class NativeStack:
         vllm_extra_env: dict[str, str] | None = None,
         rules_dir: Path | None = None,
         alertmanager_config: dict | None = None,
+        canary: bool = False,
+        canary_vllm_extra_args: list[str] | None = None,
+        canary_vllm_extra_env: dict[str, str] | None = None,
         out=sys.stdout,
     ) -> dict:
         """rules_dir replaces prometheus/rules/ and alertmanager_config alertmanager/alertmanager.yml
-        for this stack only (the drill runs its time-scaled copies this way)."""
+        for this stack only (the drill runs its time-scaled copies this way). canary: a second vLLM
+        of the profile (with canary_vllm_extra_args/env) and its exporter behind the weighted router
+        (docs/canary.md)."""
         profile = model_profiles.load(model)
         if profile.needs_gpu:
             raise LeakwatchError(
@@ -122,7 +145,12 @@ class NativeStack:
                     raise LeakwatchError(
                         f"the native stack is already running with model {running!r}; run `make down` first"
                     )
-                programs = self.programs(profile, vllm_extra_args, vllm_extra_env)
+                if bool(self.info().get("canary")) != canary:
+                    have = "with" if self.info().get("canary") else "without"
+                    raise LeakwatchError(
+                        f"the native stack is already running {have} the canary; run `make down` first"
+                    )
+                programs = self.programs(profile, vllm_extra_args, vllm_extra_env, canary)
                 print(f"native stack already running (model {running}); checking health", file=out)
                 self._wait_healthy(programs)
                 self._print_urls(profile, out)
@@ -134,7 +162,9 @@ class NativeStack:
                     f"processes of an earlier stack in {self.layout.root} are still running "
                     f"(pids {', '.join(str(p.pid) for p in leftovers)}); run `make down` first"
                 )
-            programs = self.programs(profile, vllm_extra_args, vllm_extra_env)
+            programs = self.programs(
+                profile, vllm_extra_args, vllm_extra_env, canary, canary_vllm_extra_args, canary_vllm_extra_env
+            )
             for prog in programs:
                 svc = self.settings.service(prog.service)
                 ports.require_free(self.settings.bind_address, svc.port, prog.name, svc.port_env)
@@ -143,13 +173,14 @@ class NativeStack:
             if profile.source == "demo":
                 print("preparing the offline demo model ...", file=out)
                 demo_model.build(self.layout.models / "demo")
-            self._render_configs(programs, rules_dir, alertmanager_config)
+            self._render_configs(programs, rules_dir, alertmanager_config, canary)
             info = {
                 "runner": "native",
                 "model": profile.name,
                 "served_model_name": profile.served_name,
                 "bind_address": self.settings.bind_address,
                 "ports": {p.service: self.settings.service(p.service).port for p in programs},
+                "canary": canary,
                 "started_at": time.time(),
             }
             self.layout.stack_info.write_text(json.dumps(info, indent=1))
@@ -158,6 +189,8 @@ class NativeStack:
             subprocess.run([str(supervisord), "-c", str(self.layout.supervisord_conf)], check=True)
             try:
                 self._wait_healthy(programs)
+                if canary:
+                    self._wait_router_sides()
             except LeakwatchError:
                 print("start-up failed; stopping what was started", file=out)
                 self._stop()
@@ -166,13 +199,17 @@ class NativeStack:
             return info
 
     def _render_configs(
-        self, programs: list[Program], rules_dir: Path | None = None, alertmanager_config: dict | None = None
+        self,
+        programs: list[Program],
+        rules_dir: Path | None = None,
+        alertmanager_config: dict | None = None,
+        canary: bool = False,
     ) -> None:
         settings = self.settings
         password_file, _ = webauth.ensure(self.layout.secrets)  # Prometheus's and Alertmanager's basic auth
         prom = prometheus_config(
             settings,
-            native_jobs(settings, self.layout.targets),
+            native_jobs(settings, self.layout.targets, canary),
             alertmanager_targets=[f"127.0.0.1:{settings.service('alertmanager').port}"],
             rule_files=[str(Path(rules_dir) / "*.yml") if rules_dir else rules_glob()],
             basic_auth=webauth.basic_auth_config(str(password_file)),
@@ -187,8 +224,34 @@ class NativeStack:
             # The remediation webhook goes to this stack's healer with this stack's token file.
             am = localize(alertmanager_config, healer_url, str(self.layout.healer_token))
         (self.layout.conf / "alertmanager.yml").write_text(yamlfmt.dump(am, header))
+        if canary:
+            self.layout.router_config.write_text(self._router_config(header))
         base_env = {"PYTHONUNBUFFERED": "1"}
         self.layout.supervisord_conf.write_text(supervisor.render_conf(self.layout, programs, base_env))
+
+    def _router_config(self, header: str) -> str:
+        sides = dict(zip(DEPLOYMENTS, ("vllm", "vllm_canary"), strict=True))
+        return haproxy_config(
+            self.settings.bind_address,
+            self.settings.service("canary_router").port,
+            {side: f"http://127.0.0.1:{self.settings.service(svc).port}" for side, svc in sides.items()},
+            default_split(self.settings),
+            self.layout.router_socket,
+            header,
+        )
+
+    def _wait_router_sides(self, timeout_s: float = 60) -> None:
+        """Healthy vLLMs are not yet the router's: its own checks (every 2 s) must see both up,
+        or the first requests all go to whichever side it found first."""
+        admin = RouterAdmin(self.layout.router_socket)
+        deadline = time.monotonic() + timeout_s
+        while (states := admin.sides_up()) != dict.fromkeys(DEPLOYMENTS, True):
+            if time.monotonic() > deadline:
+                raise LeakwatchError(
+                    f"the canary router does not see both sides up after {timeout_s:g}s ({states}); last lines of "
+                    f"{self.layout.log('canary-router')}:\n" + self.tail("canary-router", 25)
+                )
+            time.sleep(0.5)
 
     def _health_url(self, prog: Program) -> str:
         host = self.settings.bind_address
@@ -257,10 +320,26 @@ class NativeStack:
             "node_exporter": f"http://{host}:{p.get('node_exporter')}/metrics",
             "healer": f"http://{host}:{p.get('healer')}",
             "leakwatch_exporter": f"http://{host}:{p.get('leakwatch_exporter')}/metrics",
+            **(
+                {
+                    "canary_router": f"http://{host}:{p.get('canary_router')}",
+                    "vllm_canary": f"http://{host}:{p.get('vllm_canary')}",
+                    "leakwatch_exporter_canary": f"http://{host}:{p.get('leakwatch_exporter_canary')}/metrics",
+                }
+                if info.get("canary")
+                else {}
+            ),
         }
 
     def _print_urls(self, profile, out) -> None:
         u = self.urls()
+        canary = ""
+        if "canary_router" in u:
+            canary = (
+                f"  canary router     {u['canary_router']}/v1  (stable {u['vllm']}, canary {u['vllm_canary']}; "
+                f"split: leakwatch canary-router show --admin-socket {self.layout.router_socket})\n"
+                f"  canary exporter   {u['leakwatch_exporter_canary']}\n"
+            )
         print(
             f"\nleakwatch native stack is up (model profile {profile.name}, served as {profile.served_name!r}):\n"
             f"  vLLM OpenAI API   {u['vllm']}/v1\n"
@@ -271,6 +350,7 @@ class NativeStack:
             f"  node exporter     {u['node_exporter']}\n"
             f"  healer            {u['healer']}/alerts  (token: {self.layout.healer_token})\n"
             f"  memory exporter   {u['leakwatch_exporter']}\n"
+            f"{canary}"
             f"  Grafana           not run natively (no Grafana package here); use STACK=compose on a Docker host,\n"
             f"                    or import grafana/dashboards/*.json into your Grafana\n"
             f"  logs              {self.layout.logs}  (make logs)\n"
@@ -321,7 +401,7 @@ class NativeStack:
         ok = True
         states = self._states()
         print(f"native stack, model profile {info['model']} ({self.layout.root})", file=out)
-        for prog in self.programs(profile):
+        for prog in self.programs(profile, canary=bool(info.get("canary"))):
             st = states.get(prog.name, {})
             healthy = st.get("statename") == "RUNNING" and self.healthy(prog)
             ok &= healthy
