@@ -7,7 +7,9 @@ MODEL ?= demo
 STACK ?= auto
 # IMAGES=local: compose on images built here from Debian and PyPI (hosts that cannot pull; README).
 IMAGES ?=
-export MODEL STACK VENV IMAGES
+# CANARY=1: a canary vLLM beside the stable one, behind the weighted router (docs/canary.md; native).
+CANARY ?=
+export MODEL STACK VENV IMAGES CANARY
 
 .DEFAULT_GOAL := help
 
@@ -23,7 +25,7 @@ setup-dev:  ## install what the stack and the tests need
 	@scripts/bootstrap.sh --dev --stack native
 
 .PHONY: up down status logs
-up: setup  ## start the stack (MODEL=<profile>, STACK=auto|compose|native)
+up: setup  ## start the stack (MODEL=<profile>, STACK=auto|compose|native, CANARY=1)
 	@$(LEAKWATCH) stack up
 
 down:  ## stop the stack and everything it started
@@ -35,32 +37,30 @@ status:  ## show each service's state and health
 logs:  ## follow the stack's logs
 	@$(LEAKWATCH) stack logs
 
-.PHONY: test test-fast test-compose test-pending
-# Two xdist workers: the stack tests (one group, one worker, one shared native stack) beside the rest.
+.PHONY: test test-fast test-compose test-soak
+# The tiers are folders (tests/conftest.py): unit, integration, stack, compose, soak.
+# Two xdist workers: every test that runs a vLLM (tests/stack, then tests/compose) on one, in order,
+# one vLLM at a time; the unit and integration tiers on the other from the start.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
-# The slowest tests, listed at the end of each phase: where the suite's wall time goes.
+TEST_TIERS := tests/unit tests/integration tests/stack tests/compose
+# The slowest tests, listed at the end: where the suite's wall time goes.
 TEST_DURATIONS ?= --durations=25 --durations-min=30
-# Then the compose end-to-end tests (tests/test_compose_e2e.py: a private Docker engine, the local
-# image set, the whole stack on containers), on their own after the rest so that their vLLM never
-# competes with the native stack's for the cores; both phases run, and either failing fails `make test`.
-# The tests marked `pending` (their issues are open) are left out: `make test-pending` runs them.
-test: setup-dev lint  ## lint, then the whole test suite (starts and stops every server it needs)
-	@rc=0; \
-	if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest -m "not compose and not pending" || rc=$$?; \
-	else $(PY) -m pytest -m "not compose and not pending" -n $(TEST_WORKERS) --dist loadgroup $(TEST_DURATIONS) || rc=$$?; fi; \
-	$(PY) -m pytest -m "compose and not pending" $(TEST_DURATIONS) || rc=$$?; \
-	exit $$rc
+test: setup-dev lint  ## lint, then the unit, integration, stack and compose tiers (starts and stops every server it needs)
+	@if [ "$(TEST_WORKERS)" = 0 ]; then $(PY) -m pytest $(TEST_TIERS) $(TEST_DURATIONS); \
+	else $(PY) -m pytest $(TEST_TIERS) -n $(TEST_WORKERS) --dist loadgroup $(TEST_DURATIONS); fi
+
+# The unit tier: no test here starts another program (tests/conftest.py enforces it).
+test-fast: setup-dev  ## the unit tier only: no servers, promtool, Locust or Chromium (< 3 min)
+	@$(PY) -m pytest tests/unit -q
 
 test-compose: setup-dev  ## the compose stack on real containers (a private Docker engine, local images; slow)
-	@$(PY) -m pytest -m "compose and not pending"
+	@$(PY) -m pytest tests/compose $(TEST_DURATIONS)
 
-test-pending: setup-dev  ## the tests that have not yet passed on main (marker `pending`; their issues are open)
-	@$(PY) -m pytest -m pending
-
-# The unit + contract tier: no test here starts another program (tests/conftest.py enforces it).
-test-fast: setup-dev  ## unit and contract tests only: no servers, promtool, Locust or Chromium (< 3 min)
-	@$(PY) -m pytest -m "not stack and not integration"
+# Long windows, a saturated server and the rarer fault drills, one vLLM at a time in one process:
+# run it before resolving an issue that touches the exporter, rules, drill, healer or load generator.
+test-soak: setup-dev  ## the soak tier: live leak verdicts, the full drill, storms, the rarer fault drills (~80 min)
+	@$(PY) -m pytest tests/soak $(TEST_DURATIONS)
 
 .PHONY: drill
 drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes)

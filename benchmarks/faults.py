@@ -6,7 +6,7 @@ routing. Restarts are counted from the target's own start log. The last line rea
   faults_recovered faults after which a genuine episode restarted the target exactly once;
   storm_restarts   restarts caused by 100 identical notifications within a second (<= 1 expected);
   lost_alerts      genuine episodes, after a fault or through Alertmanager, that restarted nothing.
-The same attacks, one by one and with more assertions, are tests/test_healer_attacks.py.
+The same attacks, one by one and with more assertions, are tests/integration/test_healer_attacks.py.
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ def _build(image: Image, digest: str, log) -> None:
                 shutil.copyfile(source, target)
     args = [arg for key, value in image.build_args.items() for arg in ("--build-arg", f"{key}={value}")]
     try:
-        # The host network: the private engine makes no default bridge (tests/docker_engine.py).
+        # The host network: the private engine makes no default bridge (tests/support/docker_engine.py).
         _docker(
             "build",
             "--network",

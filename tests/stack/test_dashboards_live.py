@@ -24,8 +24,6 @@ from leakwatch.dashboards.live import (
 from leakwatch.dashboards.loadtest import loadgen_series
 from leakwatch.promapi import PrometheusError
 
-pytestmark = pytest.mark.stack
-
 BOARDS = boards()
 CPU_PANELS = [(b, p) for b in BOARDS for p in b.panels() if not p.gpu]
 GPU_PANELS = [(b, p) for b in BOARDS for p in b.panels() if p.gpu]
@@ -59,7 +57,7 @@ def _burst(stack, model: str, requests_n: int = 128, concurrency: int = 64) -> N
 def _locust_run(stack, out_dir) -> None:
     """A short real Locust run (high-concurrency shape) that registers its exporter with the stack's
     Prometheus; long enough for several scrapes, so the client side has rates."""
-    from tests.loadgen.locust_run import run_locust  # the load generator's own test helper
+    from tests.support.locust_run import run_locust  # the load generator's own test helper
 
     run = run_locust(
         out_dir,

@@ -24,18 +24,19 @@ from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
 from leakwatch.drill import leak_middleware
 from leakwatch.native.ports import free_port
+from tests.support import vllm_tree
+from tests.support.exporter_scrape import Scraped
+from tests.support.native_stack import running_native_stack
 
-from ..conftest import running_native_stack
-from ..exporter.support import Scraped
-from . import vllm_tree
-
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 MIB = 1 << 20
-LEAK_BYTES = 2 * MIB  # what the middleware keeps per /v1/completions request: the truth
+# What the middleware keeps per /v1/completions request: the truth. 8 MiB, not 2: what a loaded 2-core
+# host adds to a role's memory over a burst (up to ~160 kB/request seen) stays a small share of it.
+LEAK_BYTES = 8 * MIB
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
-# Two requests' allocations in flight make a burst worth rating (the default, 8 MiB, needs four
-# sampled at once, which a quick burst on an idle machine can slip past).
+# Two requests' allocations held make a burst worth rating: well above the drift, yet a quick burst
+# on an idle machine reaches it.
 MIN_GAIN_BYTES = 2 * LEAK_BYTES
 SAMPLE_INTERVAL_S = 0.5
 RETENTION_IDLE_S = 3  # the exporter under test closes a burst after this long without traffic
@@ -174,7 +175,7 @@ def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32, u
 def warm_up(stack) -> None:
     """Exactly the exporter's warm-up: the batch-size sweep, so vLLM's per-size caches are full before
     the baseline (without it the CPU worker grew 321 kB/request in the control run on a loaded 2-core
-    host, oneDNN compiling kernels for the burst's new batch sizes; tests/test_onednn_cache_bound.py)."""
+    host, oneDNN compiling kernels for the burst's new batch sizes; tests/soak/test_onednn_cache_bound.py)."""
     vllm_warmup.sweep_batch_sizes(stack.vllm_url, stack.model)
 
 

@@ -13,11 +13,8 @@ from prometheus_client import CollectorRegistry
 from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
 from leakwatch.exporter.collector import ExporterConfig, VllmMemoryCollector
-
-from ..exporter.support import Scraped
-from . import vllm_tree
-
-pytestmark = pytest.mark.stack
+from tests.support import vllm_tree
+from tests.support.exporter_scrape import Scraped
 
 MIB = 1 << 20
 # Growth per request counts as "near zero" below 5 % of the 2 MiB/request leak the leak test finds.

@@ -16,11 +16,10 @@ import requests
 from leakwatch.native.runner import NativeStack
 from leakwatch.paths import REPO_ROOT
 from leakwatch.promapi import Prometheus
+from tests.support import vllm_tree
+from tests.support.native_stack import environ, short_state_dir, stack_port_env
 
-from ..conftest import environ, short_state_dir, stack_port_env
-from . import vllm_tree
-
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def make(target: str, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -5,11 +5,7 @@ against a running stack and review the diff (rules and dashboards are then check
 
 from __future__ import annotations
 
-import pytest
-
 from leakwatch.metrics_record import SOURCES, record
-
-pytestmark = pytest.mark.stack
 
 
 def test_recorded_metric_lists_match_the_real_servers(native_stack):

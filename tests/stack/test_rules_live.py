@@ -16,8 +16,6 @@ from leakwatch.backtest.engine import load_rules
 from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.paths import RULES_DIR
 
-pytestmark = pytest.mark.stack
-
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 # Alerts that fire on a healthy idle stack by design.
 EXPECTED_FIRING = {"Watchdog"}

@@ -1,0 +1,107 @@
+"""The drill's pieces that need no vLLM: time-scaled Alertmanager timings, its settings file, the
+memory cgroup it puts vLLM in (a real cgroup on this machine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from leakwatch.drill import config as drill_config
+from leakwatch.drill.cgroup import MemoryCgroup
+from leakwatch.errors import LeakwatchError
+from leakwatch.generate.alertmanager_config import compose_alertmanager_config
+from leakwatch.heal.alertmanager import localize
+from leakwatch.settings import load as load_settings
+
+AM = {
+    "route": {
+        "receiver": "default",
+        "group_wait": "30s",
+        "group_interval": "5m",
+        "repeat_interval": "4h",
+        "routes": [
+            {"matchers": ['remediate="true"'], "receiver": "remediation", "continue": True},
+            {"matchers": ['severity="critical"'], "receiver": "page", "repeat_interval": "1h"},
+        ],
+    },
+    "receivers": [
+        {"name": "default"},
+        {"name": "page"},
+        {
+            "name": "remediation",
+            "webhook_configs": [
+                {
+                    "url": "http://healer:9406/alerts",
+                    "send_resolved": True,
+                    "http_config": {
+                        "authorization": {"type": "Bearer", "credentials_file": "/run/secrets/healer_token"}
+                    },
+                }
+            ],
+        },
+    ],
+}
+
+
+def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
+    out = drill_config.scaled_alertmanager(AM, 60, repeat_s=5)
+    assert out["route"]["group_wait"] == "1s"  # 30 s / 60, at least 1 s
+    assert out["route"]["group_interval"] == "5s"  # 5 m / 60
+    assert out["route"]["repeat_interval"] == "240s"  # 4 h / 60
+    healer_route, page_route = out["route"]["routes"]
+    assert healer_route["repeat_interval"] == "5s"
+    assert page_route["repeat_interval"] == "60s"
+    assert AM["route"]["group_wait"] == "30s"  # the production document is left alone
+
+
+def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
+    out = drill_config.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
+    watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
+    assert watchdog["group_wait"] == "0s"  # zero stays zero
+    assert watchdog["repeat_interval"] == "5s"  # 5 m / 60
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(out))
+    result = subprocess.run(["amtool", "check-config", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_config_without_the_healer_receiver_is_refused():
+    with pytest.raises(LeakwatchError, match="no webhook receiver for the healer"):
+        drill_config.scaled_alertmanager({"route": {"receiver": "default"}, "receivers": [{"name": "default"}]}, 60, 5)
+
+
+def test_the_webhook_is_pointed_at_the_stack_healer_and_its_token_file():
+    out = localize(AM, "http://127.0.0.1:4242", "/state/secrets/healer-token")
+    hook = out["receivers"][2]["webhook_configs"][0]
+    assert hook["url"] == "http://127.0.0.1:4242/alerts"
+    assert hook["http_config"]["authorization"] == {"type": "Bearer", "credentials_file": "/state/secrets/healer-token"}
+    assert AM["receivers"][2]["webhook_configs"][0]["url"] == "http://healer:9406/alerts"
+
+
+def test_drill_settings_are_consistent():
+    cfg = drill_config.load()
+    # The rules' shortest window (10 min) must span at least four scrapes once compressed.
+    assert 600 / cfg.time_compression >= 4 * cfg.scrape_interval_s
+    assert cfg.wall(cfg.control_span_s) >= 60 and 0 < cfg.max_estimate_error <= 0.15
+    assert cfg.bytes_per_request > 0 and cfg.cgroup_headroom_bytes > 100 * cfg.bytes_per_request
+
+
+def test_memory_cgroup_limits_a_real_process():
+    group = MemoryCgroup.create(f"leakwatch-test-{os.getpid()}")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        group.adopt([proc.pid])
+        assert str(proc.pid) in (group.path / "cgroup.procs").read_text().split()
+        group.set_limit(256 * 2**20)
+        limit_file = "memory.limit_in_bytes" if group.version == 1 else "memory.max"
+        assert int((group.path / limit_file).read_text()) == 256 * 2**20
+        assert group.usage() >= 0
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        group.remove()
+    assert not group.path.exists()

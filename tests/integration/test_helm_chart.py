@@ -1,0 +1,310 @@
+"""The Helm chart (deploy/helm/leakwatch/) rendered by the real Helm engine (helm-python-sdk) for
+every values file, linted, and every object validated: core kinds strictly for the oldest and newest
+Kubernetes the chart supports (kubernetes-validate), prometheus-operator objects against the
+operator's CRD schemas (npm's @kubernetes-models/prometheus-operator). No cluster runs here;
+scripts/k8s/check.sh installs the same chart into a real one."""
+
+from __future__ import annotations
+
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from leakwatch import profiles as model_profiles
+from leakwatch.errors import LeakwatchError
+from leakwatch.helm import engine, identity
+from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_budget_s
+from tests.support.helm_support import CRD_KINDS, validate_crd_objects
+
+# Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
+KUBE_VERSIONS = ("1.25.0", "1.37.0")
+VALUES_FILES = engine.values_files()
+HEALER_ON = {
+    "healer": {"enabled": True, "tokenSecret": {"name": "leakwatch-healer"}},
+    "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "leakwatch"}},
+}
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    """Values file name -> objects, with the healer and its AlertmanagerConfig switched on so every
+    template renders; plus every profile together and the ServiceMonitor variant."""
+    out = {f.name: engine.render(engine.load_values(f, overrides=HEALER_ON)) for f in VALUES_FILES}
+    out["all-profiles"] = engine.render(
+        engine.load_values(
+            *VALUES_FILES,
+            overrides={
+                "monitoring": {"kind": "ServiceMonitor", "additionalLabels": {"release": "kube-prometheus-stack"}},
+                "models": {"demo": {"replicas": 2}},
+            },
+        )
+    )
+    return out
+
+
+def test_a_values_file_per_profile():
+    assert sorted(f.name for f in VALUES_FILES) == sorted(f"values-{p}.yaml" for p in model_profiles.available())
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
+def test_lint_is_clean(values_file, kube_version):
+    assert engine.lint(engine.load_values(values_file, overrides=HEALER_ON), f"v{kube_version}") == []
+
+
+def test_lint_reports_a_broken_chart(tmp_path):
+    broken = tmp_path / "leakwatch"
+    import shutil
+
+    shutil.copytree(CHART_DIR, broken)
+    (broken / "templates" / "service.yaml").write_text("{{ if }}\n")
+    assert engine.lint(engine.load_values(VALUES_FILES[0]), "v1.37.0", chart_dir=broken)
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_core_objects_validate_strictly(rendered, kube_version):
+    checked = 0
+    for name, objects in rendered.items():
+        for obj in objects:
+            if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+                continue
+            try:
+                kubernetes_validate.validate(obj, kube_version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(
+                    f"{name}: {obj['kind']}/{obj['metadata']['name']} invalid for {kube_version}: {exc.message}"
+                )
+            checked += 1
+    assert checked >= 20
+
+
+def test_crd_objects_validate_against_the_operator_schemas(rendered):
+    crds = [o for objects in rendered.values() for o in objects if (o["apiVersion"], o["kind"]) in CRD_KINDS]
+    assert {o["kind"] for o in crds} == {kind for _, kind in CRD_KINDS}
+    assert validate_crd_objects(crds) == []
+
+
+def test_the_crd_validator_rejects_a_bad_rule():
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "bad"},
+        "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "ten minutes"}]}]},
+    }
+    errors = validate_crd_objects([bad])
+    assert len(errors) == 1 and "for" in errors[0]
+
+
+def test_bad_values_get_a_clear_error():
+    values = engine.load_values(VALUES_FILES[0], overrides={"monitoring": {"kindd": "PodMonitor"}})
+    with pytest.raises(LeakwatchError, match="kindd"):
+        engine.render(values)
+    with pytest.raises(LeakwatchError, match="tokenSecret"):
+        engine.render(engine.load_values(VALUES_FILES[0], overrides={"healer": {"enabled": True}}))
+    with pytest.raises(LeakwatchError, match="replicas"):
+        engine.render(engine.load_values(VALUES_FILES[0], overrides={"models": {"demo": {"replicas": 0}}}))
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
+def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file):
+    profile = model_profiles.load(values_file.stem.removeprefix("values-"))
+    stack = facts()
+    (deployment,) = [
+        d
+        for d in by_kind(rendered[values_file.name], "Deployment")
+        if d["spec"]["template"]["metadata"]["labels"].get(identity.MODEL_LABEL) == profile.name
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    vllm, exporter = pod["containers"]
+    assert exporter["name"] == "exporter"
+    args = vllm["args"]
+    shutdown = int(args[args.index("--shutdown-timeout") + 1])
+    assert shutdown == stack["shutdownTimeoutSeconds"]
+    assert args[args.index("--port") + 1] == str(stack["ports"]["vllm"])
+    assert args[:-6] == model_profiles.vllm_engine_args(profile, model_profiles.model_path(profile, stack["modelsDir"]))
+    pre_stop = int(vllm["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + shutdown
+    startup = vllm["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_budget_s(profile)
+    assert vllm["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+    assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    limits = vllm["resources"]["limits"]
+    if profile.needs_gpu:
+        # DCGM attributes a card's memory to the pod that the device plugin gave it to.
+        assert limits["nvidia.com/gpu"] == profile.gpu_count
+        assert args[args.index("--tensor-parallel-size") + 1] == str(profile.vllm["tensor_parallel_size"])
+    else:
+        assert "nvidia.com/gpu" not in limits
+    assert "memory" in limits  # the cgroup bound the host-exhaustion rules forecast against
+
+
+def test_iquest_gets_four_gpus_and_tensor_parallel_four(rendered):
+    (deployment,) = by_kind(rendered["values-iquest-coder-40b-4xa100.yaml"], "Deployment")[:1]
+    vllm = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert vllm["args"][vllm["args"].index("--tensor-parallel-size") + 1] == "4"
+
+
+def test_pdb_only_above_one_replica(rendered):
+    assert by_kind(rendered["values-demo.yaml"], "PodDisruptionBudget") == []
+    (pdb,) = by_kind(rendered["all-profiles"], "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"][identity.MODEL_LABEL] == "demo"
+
+
+def test_one_deployment_per_profile_when_combined(rendered):
+    names = {
+        d["spec"]["template"]["metadata"]["labels"][identity.MODEL_LABEL]
+        for d in by_kind(rendered["all-profiles"], "Deployment")
+    }
+    assert names == set(model_profiles.available())
+
+
+def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
+    pod_monitor, healer_monitor = sorted(
+        by_kind(rendered["values-demo.yaml"], "PodMonitor"), key=lambda m: m["metadata"]["name"]
+    )
+    assert healer_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == identity.JOBS["healer"]
+    (service_monitor,) = by_kind(rendered["all-profiles"], "ServiceMonitor")
+    assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}
+    assert jobs == {"http": identity.JOBS["vllm"], "exporter": identity.JOBS["exporter"]}
+    # The rules select exactly these jobs.
+    exprs = "\n".join(r["expr"] for g in rule_groups() for r in g["rules"])
+    assert f'job="{identity.JOBS["vllm"]}"' in exprs
+    assert 'job="vllm"' not in exprs
+
+
+def test_prometheus_rule_is_the_generated_groups_with_runbooks(rendered):
+    (rule,) = by_kind(rendered["values-demo.yaml"], "PrometheusRule")
+    assert rule["spec"]["groups"] == rule_groups()
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts
+    for alert in alerts:
+        assert alert["labels"]["severity"] and alert["annotations"]["summary"] and alert["annotations"]["description"]
+        assert alert["annotations"]["runbook_url"].endswith("#" + alert["alert"].lower())
+
+
+def test_prometheus_rule_groups_from_values_replace_the_generated_ones():
+    groups = [{"name": "mine", "rules": [{"alert": "Mine", "expr": "vector(1)"}]}]
+    objects = engine.render(engine.load_values(VALUES_FILES[0], overrides={"prometheusRule": {"groups": groups}}))
+    (rule,) = by_kind(objects, "PrometheusRule")
+    assert rule["spec"]["groups"] == groups
+
+
+def test_dashboards_are_sidecar_configmaps_with_namespace_and_pod_variables(rendered):
+    import json
+
+    maps = by_kind(rendered["values-demo.yaml"], "ConfigMap")
+    assert len(maps) == 3
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        ((name, text),) = cm["data"].items()
+        board = json.loads(text)
+        variables = {v["name"] for v in board["templating"]["list"]}
+        assert {"namespace", "pod"} <= variables and "instance" not in variables, name
+        assert "$instance" not in text
+
+
+def test_healer_role_allows_only_reading_pods_and_evicting(rendered):
+    objects = rendered["values-demo.yaml"]
+    (role,) = by_kind(objects, "Role")
+    assert sorted((tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]) == [
+        (("pods",), ("get", "list")),
+        (("pods/eviction",), ("create",)),
+    ]
+    (healer,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-healer")]
+    args = healer["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--restarter") + 1] == "kubernetes"
+    assert args[args.index("--model-label") + 1] == identity.MODEL_LABEL
+    # The allowlist's jobs under the chart's scrape-job names, or every remediable alert is refused.
+    jobs = [args[i + 1] for i, arg in enumerate(args) if arg == "--remediable-job"]
+    assert sorted(jobs) == sorted(identity.REMEDIABLE_JOB_NAMES.values())
+    assert identity.JOBS["exporter"] in jobs
+
+
+def test_alertmanager_config_routes_remediable_alerts_to_the_healer(rendered):
+    (amc,) = by_kind(rendered["values-demo.yaml"], "AlertmanagerConfig")
+    stack = facts()
+    route = amc["spec"]["route"]
+    assert route["matchers"] == [
+        {"name": stack["remediationLabel"]["name"], "value": stack["remediationLabel"]["value"], "matchType": "="},
+        {"name": "alertname", "value": "|".join(stack["remediableAlerts"]), "matchType": "=~"},
+        {"name": "job", "value": "|".join(stack["remediableJobs"]), "matchType": "=~"},
+    ]
+    assert route["groupBy"][:2] == identity.HOST_LABELS
+    (hook,) = amc["spec"]["receivers"][0]["webhookConfigs"]
+    assert re.fullmatch(rf"http://leakwatch-healer\.leakwatch\.svc:{stack['ports']['healer']}/alerts", hook["url"])
+    assert hook["httpConfig"]["authorization"]["credentials"]["name"] == "leakwatch-healer"
+
+
+def test_values_yaml_documents_every_line():
+    """values.yaml is read by users: every key has a comment on its line or just above it."""
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key = line.split(":")[0].strip()
+        documented = (
+            "#" in line
+            or any(lines[j].lstrip().startswith("#") for j in range(max(0, i - 1), i))
+            or line.startswith("    ")
+        )  # members of a documented block
+        assert documented, f"values.yaml line {i + 1} ({key}) has no comment"
+    yaml.safe_load("\n".join(lines))
+
+
+def test_thresholds_in_values_through_the_generator(tmp_path):
+    """A user's thresholds file becomes a values file whose groups the chart renders."""
+    from leakwatch.helm import rules as helm_rules
+    from leakwatch.rules.config import ALERTS_FILE
+
+    raw = yaml.safe_load(ALERTS_FILE.read_text())
+    raw["host"]["usage_warning_share"] = 0.8
+    mine = tmp_path / "alerts.yaml"
+    mine.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "thresholds-values.yaml"
+    assert helm_rules.main(["--config", str(mine), "--output", str(out)]) == 0
+    objects = engine.render(engine.load_values(VALUES_FILES[0], out))
+    (rule,) = by_kind(objects, "PrometheusRule")
+    assert rule["spec"]["groups"] == rule_groups(mine) != rule_groups()
+    assert helm_rules.main(["--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def _targets(panels: list[dict]):
+    for panel in panels:
+        yield from (t["expr"] for t in panel.get("targets", []) if t.get("expr"))
+        yield from _targets(panel.get("panels", []))
+
+
+def test_chart_dashboards_validate_and_every_query_parses(tmp_path):
+    """The rewritten dashboards still load under Grafana 11.6's types and every query (with the
+    namespace/pod variables expanded as Grafana sends them) parses with promtool."""
+    import json
+    import subprocess
+
+    from leakwatch.dashboards.queries import expand
+    from leakwatch.dashboards.validate import file_problems
+    from leakwatch.helm.chart_files import GENERATED_DIR
+
+    rules = []
+    files = sorted((GENERATED_DIR / "dashboards").glob("*.json"))
+    assert len(files) == 3
+    for path in files:
+        assert file_problems(path) == []
+        board = json.loads(path.read_text())
+        values = {var["name"]: ".*" for var in board["templating"]["list"]}
+        for expr in _targets(board["panels"]):
+            rules.append({"record": f"chart_dashboard_query_{len(rules)}", "expr": expand(expr, values, 86400, 60, 15)})
+    rules_path = tmp_path / "chart-dashboards.rules.yml"
+    rules_path.write_text(yaml.safe_dump({"groups": [{"name": "chart-dashboards", "rules": rules}]}))
+    done = subprocess.run(["promtool", "check", "rules", str(rules_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(rules) > 50

@@ -1,0 +1,178 @@
+"""The healer's Kubernetes restarter, through the official `kubernetes` client, against
+STAND-IN API server (tests/support/kube_apiserver_standin.py: no API server can run here) that enforces
+the Eviction contract (201, 429 for a PodDisruptionBudget, 404) and the chart's rendered Role.
+scripts/k8s/check.sh runs the same restarter against a real cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from leakwatch.heal.kubernetes_restarter import KubernetesRestarter
+from leakwatch.heal.payload import Alert
+from leakwatch.heal.restarters import RestartError
+from leakwatch.helm import engine, identity
+from tests.support.kube_apiserver_standin import StandinApiServer, StandinCluster, StandinPDB, StandinPod
+
+NAMESPACE = "serving"
+MODEL = {identity.MODEL_LABEL: "demo", "app.kubernetes.io/component": "vllm"}
+
+
+@pytest.fixture(scope="module")
+def chart_role_rules() -> list[dict]:
+    values = engine.load_values(
+        engine.values_files()[0], overrides={"healer": {"enabled": True, "tokenSecret": {"name": "t"}}}
+    )
+    (role,) = [o for o in engine.render(values, namespace=NAMESPACE) if o["kind"] == "Role"]
+    return role["rules"]
+
+
+@pytest.fixture
+def cluster(chart_role_rules) -> StandinCluster:
+    c = StandinCluster(NAMESPACE, token="s3cret-for-the-standin", role_rules=chart_role_rules)
+    for name in ("leakwatch-demo-aaaaa", "leakwatch-demo-bbbbb"):
+        c.pods[name] = StandinPod(name, dict(MODEL))
+    c.pods["postgres-0"] = StandinPod("postgres-0", {"app": "postgres"})
+    return c
+
+
+def alert(pod: str, namespace: str = NAMESPACE) -> Alert:
+    return Alert(
+        "firing",
+        "HostMemoryLeak",
+        {
+            "alertname": "HostMemoryLeak",
+            "namespace": namespace,
+            "pod": pod,
+            "job": identity.JOBS["exporter"],
+            "severity": "critical",
+            "remediate": "true",
+        },
+        "ab12",
+        time.time(),
+    )
+
+
+def restarter(server: StandinApiServer, **kw) -> KubernetesRestarter:
+    kw.setdefault("retry_interval_s", 0.05)
+    kw.setdefault("poll_s", 0.05)
+    kw.setdefault("gone_timeout_s", 10)
+    return KubernetesRestarter(server.core_api(), NAMESPACE, identity.MODEL_LABEL, **kw)
+
+
+def test_evicts_the_named_pod_and_waits_for_its_replacement(cluster):
+    with StandinApiServer(cluster) as server:
+        r = restarter(server)
+        r.check()
+        timing = r.restart(alert("leakwatch-demo-aaaaa"))
+        assert "leakwatch-demo-aaaaa" not in cluster.pods
+        assert timing.stop_s >= cluster.grace_s * 0.5
+        assert r.wait_healthy(10)
+        ready = [p for p in cluster.pods.values() if p.labels == MODEL and p.ready]
+        assert len(ready) == 2
+    evictions = [(m, p, s) for m, p, s in cluster.requests if p.endswith("/eviction")]
+    assert evictions == [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/leakwatch-demo-aaaaa/eviction", 201)]
+
+
+def test_a_pdb_refusal_is_retried_and_counted(cluster):
+    cluster.pdbs.append(StandinPDB(MODEL, max_unavailable=1))
+    cluster.pods["leakwatch-demo-bbbbb"].ready = False  # one replica already down
+    counted = []
+    with StandinApiServer(cluster) as server:
+        r = restarter(server, retries=2, on_refused=lambda: counted.append(1))
+        with pytest.raises(RestartError, match="refused 3 times"):
+            r.restart(alert("leakwatch-demo-aaaaa"))
+    assert r.refused == len(counted) == 3
+    assert [s for m, p, s in cluster.requests if p.endswith("/eviction")] == [429, 429, 429]
+    assert "leakwatch-demo-aaaaa" in cluster.pods  # nothing lost
+
+
+def test_a_pdb_that_frees_up_lets_the_retry_through(cluster):
+    cluster.pdbs.append(StandinPDB(MODEL, max_unavailable=1))
+    other = cluster.pods["leakwatch-demo-bbbbb"]
+    other.ready = False
+
+    def sleep(_s):
+        other.ready = True  # the other replica became ready while the healer waited
+
+    with StandinApiServer(cluster) as server:
+        r = restarter(server, retries=3, sleep=sleep)
+        r.restart(alert("leakwatch-demo-aaaaa"))
+    assert [s for m, p, s in cluster.requests if p.endswith("/eviction")] == [429, 201]
+    assert r.refused == 1
+
+
+def test_a_single_replica_without_a_pdb_is_evicted_gracefully(cluster):
+    del cluster.pods["leakwatch-demo-bbbbb"]
+    with StandinApiServer(cluster) as server:
+        r = restarter(server)
+        r.restart(alert("leakwatch-demo-aaaaa"))
+        assert r.wait_healthy(10)
+    assert not any(m == "DELETE" for m, _, _ in cluster.requests)
+
+
+def test_missing_pod_is_a_clear_error(cluster):
+    with StandinApiServer(cluster) as server, pytest.raises(RestartError, match="does not exist"):
+        restarter(server).restart(alert("leakwatch-demo-zzzzz"))
+
+
+def test_a_pod_gone_between_reading_and_evicting_is_a_404(cluster):
+    with StandinApiServer(cluster) as server:
+        r = restarter(server)
+        real_target = r.target
+
+        def target_then_vanish(labels):
+            found = real_target(labels)
+            cluster.pods.pop(labels["pod"])
+            return found
+
+        r.target = target_then_vanish
+        with pytest.raises(RestartError, match="vanished"):
+            r.restart(alert("leakwatch-demo-aaaaa"))
+    assert [s for m, p, s in cluster.requests if p.endswith("/eviction")] == [404]
+
+
+def test_only_labelled_pods_in_its_namespace_that_the_alert_names(cluster):
+    with StandinApiServer(cluster) as server:
+        r = restarter(server)
+        with pytest.raises(RestartError, match=r"no leakwatch\.dev/model label"):
+            r.restart(alert("postgres-0"))
+        with pytest.raises(RestartError, match="namespace 'default'"):
+            r.restart(alert("leakwatch-demo-aaaaa", namespace="default"))
+        with pytest.raises(RestartError, match="names no pod"):
+            r.restart(Alert("firing", "GPUMemoryLeakSuspected", {"alertname": "x"}, "ab", 0.0))
+    assert not any(p.endswith("/eviction") for _, p, _ in cluster.requests)
+    assert "postgres-0" in cluster.pods
+
+
+def test_the_chart_role_forbids_deleting_pods(cluster):
+    """The stand-in authorises by the chart's Role: a delete (not granted) is refused."""
+    from kubernetes.client.exceptions import ApiException
+
+    with StandinApiServer(cluster) as server:
+        with pytest.raises(ApiException) as caught:
+            server.core_api().delete_namespaced_pod("leakwatch-demo-aaaaa", NAMESPACE)
+        assert caught.value.status == 403
+        with pytest.raises(ApiException) as caught:
+            server.core_api(token="wrong").list_namespaced_pod(NAMESPACE)
+        assert caught.value.status == 401
+
+
+def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
+    """The whole healer: a remediable notification for one pod makes it evict exactly that pod."""
+    from leakwatch.heal import config as heal_config
+    from leakwatch.heal.metrics import HealerMetrics
+    from leakwatch.heal.policy import Policy
+    from leakwatch.heal.server import Healer
+
+    cfg = dataclasses.replace(heal_config.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    with StandinApiServer(cluster) as server:
+        r = restarter(server)
+        healer = Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), r, r, HealerMetrics())
+        status, outcome, _ = healer.notify([alert("leakwatch-demo-bbbbb")])
+        assert (status, outcome) == (202, "accepted")
+        healer.worker.join(30)
+    assert "leakwatch-demo-bbbbb" not in cluster.pods and "leakwatch-demo-aaaaa" in cluster.pods
+    assert healer.metrics.restarts.labels("success")._value.get() == 1
