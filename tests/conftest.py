@@ -100,15 +100,19 @@ def docker_engine():
         stop(engine)
 
 
+SHARED_STACK_ORDER = ("quiet_stack", None, "storm", "leaks_into_stack")  # marks, in the order they run
+
+
 def vllm_order(item) -> int:
     """Where a vLLM test runs in its worker's queue: the shared stack's tests first (those that need
-    it quiet, then the rest, then storms that saturate it), then the modules with stacks of their own,
-    then the compose stack."""
+    it quiet, the unmarked ones, storms that saturate it, then the exporter's leak test that leaks into
+    it and restarts it), then the modules with stacks of their own, then the compose stack."""
     if tier(item) == "compose":
-        return 4
+        return len(SHARED_STACK_ORDER) + 1
     if not uses_shared_stack(item):
-        return 3
-    return 0 if item.get_closest_marker("quiet_stack") else 2 if item.get_closest_marker("storm") else 1
+        return len(SHARED_STACK_ORDER)
+    marks = [mark for mark in SHARED_STACK_ORDER if mark and item.get_closest_marker(mark)]
+    return SHARED_STACK_ORDER.index(marks[0] if marks else None)
 
 
 # tryfirst: xdist names each test after its group in its own hook, which must see ours; -m selects
@@ -119,7 +123,7 @@ def pytest_collection_modifyitems(items):
         item.add_marker(getattr(pytest.mark, tier(item)))
     # Stable sort, the vLLM tests first: xdist hands out work in this order, so their worker starts on
     # them at once. The unit and integration tests keep their order; the module stacks keep theirs.
-    items.sort(key=lambda item: vllm_order(item) if tier(item) in VLLM_TIERS else 5)
+    items.sort(key=lambda item: vllm_order(item) if tier(item) in VLLM_TIERS else len(SHARED_STACK_ORDER) + 2)
     for item in items:
         if tier(item) in VLLM_TIERS:
             item.add_marker(pytest.mark.xdist_group(VLLM_GROUP))
@@ -141,10 +145,15 @@ def one_vllm_at_a_time(request):
         yield
         return
     allowed = 2 if request.node.get_closest_marker("canary_pair") else 1
+
+    def census(when: str) -> None:
+        running = vllm_api_servers()
+        if len(running) > allowed:
+            pytest.fail(f"{when}: {len(running)} vLLMs alive (at most {allowed}): {describe(running)}", pytrace=False)
+
+    census("before the test")
     yield
-    running = vllm_api_servers()
-    if len(running) > allowed:
-        pytest.fail(f"{len(running)} vLLMs alive at once (at most {allowed}): {describe(running)}", pytrace=False)
+    census("after the test")
 
 
 # --- Test tiers --------------------------------------------------------------------------------------

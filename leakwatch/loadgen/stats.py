@@ -17,7 +17,7 @@ from .histogram import Distribution
 from .outcomes import OK, StreamResult
 
 # vLLM's own histogram edges (vllm/v1/metrics/buckets.py, release in config/stack.yaml), so client and
-# server histograms compare bucket for bucket; tests/loadgen check them against a live /metrics.
+# server histograms compare bucket for bucket; tests/stack/test_loadgen_live.py checks them against a live /metrics.
 TTFT_BUCKETS = (
     0.001,
     0.005,

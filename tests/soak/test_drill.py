@@ -11,12 +11,12 @@ import pytest
 
 from leakwatch.drill import config as drill_config
 from leakwatch.drill.run import Drill
+from tests.support.native_stack import assert_no_vllm_running
 
 DRILL = drill_config.load()
 # The module's fixture runs the whole drill: its own stack's start and warm-up, the control and leak
-# phases (time-compressed from config/drill.yaml), the restart, recovery and the repeat watch. Beside
-# the shared stack and the live verdict test's vLLM on a loaded 2-core machine, pytest's default
-# 900 s cut the drill off in its last step (the repeat watch after the recovery).
+# phases (time-compressed from config/drill.yaml), the restart, recovery and the repeat watch: pytest's
+# default 900 s once cut it off in its last step (the repeat watch after the recovery).
 FIXED_PARTS_S = 1200
 pytestmark = [
     pytest.mark.slow,
@@ -27,6 +27,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def drill():
     cfg = DRILL
+    assert_no_vllm_running("the drill's stack")
     out = io.StringIO()
     result = Drill(cfg, out=out).run()
     print(out.getvalue())

@@ -4,6 +4,7 @@ the dashboard's default time range, with variables resolved the way Grafana reso
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,41 @@ def _burst(stack, model: str, requests_n: int = 128, concurrency: int = 64) -> N
     with ThreadPoolExecutor(concurrency) as pool:
         codes = set(pool.map(lambda i: _complete(stack, model, True, 128, f"burst {i} " + PROMPT), range(requests_n)))
     assert codes == {200}
+
+
+def _memory_burst(stack, model: str, exporter_url: str) -> None:
+    """Requests that each hold the shared vLLM's leak middleware's block while they run (`release`:
+    freed when they end), sent until the exporter has sampled the API server holding two of them: a
+    burst its retention measure rates (the ordinary demo traffic raises memory too little for it)."""
+    from tests.support.exporter_scrape import Scraped
+    from tests.support.native_stack import SHARED_LEAK_BYTES
+
+    def api_server_memory() -> float:
+        scraped = Scraped.get(exporter_url)
+        return scraped.value("leakwatch_process_anonymous_memory_bytes", role="api_server", rank="") or 0.0
+
+    idle = api_server_memory()
+    held = threading.Event()
+
+    def one(i: int) -> None:
+        while not held.is_set():
+            requests.post(
+                f"{stack.vllm_url}/v1/completions",
+                timeout=300,
+                headers={"X-Leakwatch-Leak-Mode": "release"},
+                json={"model": model, "prompt": f"held {i}", "max_tokens": 64},
+            ).raise_for_status()
+
+    with ThreadPoolExecutor(8) as pool:
+        senders = [pool.submit(one, i) for i in range(8)]
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any(s.done() for s in senders):
+            if api_server_memory() >= idle + 2 * SHARED_LEAK_BYTES:
+                break
+            time.sleep(0.5)
+        held.set()
+        for sender in senders:
+            sender.result()
 
 
 def _locust_run(stack, out_dir) -> None:
@@ -111,10 +147,11 @@ def traffic(native_stack, metric_catalogue, tmp_path_factory):
         _burst(native_stack, model)
     prom.wait_for(f"{served} >= {before + 32}", timeout=120)
     if exporter_running(metric_catalogue):
-        # The exporter needs vLLM idle for a while after the burst before it rates retention; event
-        # panels (Panel.event) are held to having data once their series exist at all.
+        # The exporter rates retention once vLLM has been idle for a while after a burst that raised
+        # memory enough; event panels (Panel.event) are held to having data once their series exist.
+        _memory_burst(native_stack, model, native_stack.url("leakwatch_exporter") + "/metrics")
         try:
-            prom.wait_for("count(leakwatch_host_memory_retention_ratio) > 0", timeout=90)
+            prom.wait_for("count(leakwatch_host_memory_retention_ratio) > 0", timeout=240)
         except PrometheusError:
             pass
     # One more scrape of every target, so each series has a sample after the traffic.

@@ -1,8 +1,11 @@
-"""A real vLLM server with a known leak injected through its own --middleware option: the exporter's
-growth per request against the truth, a non-leaking control run, a vLLM restart, and the live
-exporter's metric families against config/metrics/leakwatch-exporter.csv.
+"""The shared stack's real vLLM with a known leak injected through its own --middleware option (inert
+until a request asks with the X-Leakwatch-Leak-Mode header; tests/support/native_stack.py): the
+exporter's growth per request against the truth, a non-leaking control run, a vLLM restart after
+kill -9 of its worker, and the live exporter's metric families against
+config/metrics/leakwatch-exporter.csv.
 
-One vLLM start plus one restart for the whole module (each costs ~40 s or more here)."""
+It leaks into the shared stack and restarts its vLLM, so it runs after every other test of that stack
+(the `leaks_into_stack` mark)."""
 
 from __future__ import annotations
 
@@ -22,18 +25,15 @@ import requests
 
 from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
-from leakwatch.drill import leak_middleware
 from leakwatch.native.ports import free_port
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
-from tests.support.native_stack import running_native_stack
+from tests.support.native_stack import SHARED_LEAK_BYTES
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.leaks_into_stack]
 
 MIB = 1 << 20
-# What the middleware keeps per /v1/completions request: the truth. 8 MiB, not 2: what a loaded 2-core
-# host adds to a role's memory over a burst (up to ~160 kB/request seen) stays a small share of it.
-LEAK_BYTES = 8 * MIB
+LEAK_BYTES = SHARED_LEAK_BYTES  # what the middleware keeps per /v1/completions request: the truth
 NEAR_ZERO_BYTES = 0.05 * LEAK_BYTES
 # Two requests' allocations held make a burst worth rating: well above the drift, yet a quick burst
 # on an idle machine reaches it.
@@ -46,7 +46,6 @@ RETENTION_IDLE_S = 3  # the exporter under test closes a burst after this long w
 # margin.
 IDLE_BEFORE_BURST_S = 2 * RETENTION_IDLE_S + 2
 BURST_CONCURRENCY = 16
-MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 # Families that may be absent, and the fact that decides it here (checked both ways below).
 GPU_FAMILIES = {
     "leakwatch_gpu_memory_used_bytes",
@@ -60,22 +59,7 @@ GPU_FAMILIES = {
 
 
 @pytest.fixture(scope="module")
-def leaky_stack():
-    with running_native_stack(
-        "lw-leak-",
-        vllm_extra_args=["--middleware", MIDDLEWARE],
-        vllm_extra_env={
-            leak_middleware.BYTES_ENV: str(LEAK_BYTES),
-            leak_middleware.MODE_ENV: "keep",
-            # The bursts below are completions; the warm-up's chat requests must not leak.
-            leak_middleware.PREFIX_ENV: "/v1/completions",
-        },
-    ) as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-def exporter(leaky_stack, tmp_path_factory):
+def exporter(native_stack, tmp_path_factory):
     """A second `leakwatch exporter` on the same vLLM with test-speed settings (the stack's own one
     keeps the defaults: 5 s samples, 30 s idle before a retention ratio)."""
     port = free_port()
@@ -88,7 +72,7 @@ def exporter(leaky_stack, tmp_path_factory):
                 "leakwatch",
                 "exporter",
                 "--vllm-url",
-                leaky_stack.vllm_url,
+                native_stack.vllm_url,
                 "--listen-address",
                 "127.0.0.1",
                 "--port",
@@ -239,16 +223,16 @@ def the_worker(stack) -> psutil.Process:
     return worker
 
 
-def test_control_run_without_a_leak(leaky_stack, exporter):
+def test_control_run_without_a_leak(native_stack, exporter):
     """The same server, traffic and allocations, released after each request: nothing is retained."""
-    warm_up(leaky_stack)
+    warm_up(native_stack)
     start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after warm-up")
     assert start.value("leakwatch_processes", role="worker") == 1
     time.sleep(IDLE_BEFORE_BURST_S)
     scraped = rated_burst(
         exporter,
-        leaky_stack,
-        lambda until: send(leaky_stack, 200, "release", concurrency=BURST_CONCURRENCY, until=until),
+        native_stack,
+        lambda until: send(native_stack, 200, "release", concurrency=BURST_CONCURRENCY, until=until),
     )
     ratio = scraped.value("leakwatch_host_memory_retention_ratio", role="api_server")
     served = scraped.value("leakwatch_requests_since_baseline")
@@ -260,16 +244,17 @@ def test_control_run_without_a_leak(leaky_stack, exporter):
         assert abs(scraped.value("leakwatch_host_memory_growth_per_request_bytes", role=role)) < NEAR_ZERO_BYTES, role
 
 
-def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
+def test_restart_is_found_and_resets_the_baseline(native_stack, exporter):
     before = Scraped.get(exporter)
     assert before.value("leakwatch_vllm_restarts_total") == 0 and before.value("leakwatch_baseline_ready") == 1
-    old_pids = api_server_pids(leaky_stack)
-    worker = the_worker(leaky_stack)
+    old_pids = api_server_pids(native_stack)
+    worker = the_worker(native_stack)
+    killed_at = time.time()
     os.kill(worker.pid, signal.SIGKILL)  # vLLM exits; supervisord starts it again
 
     def restarted():
         scraped = Scraped.get(exporter)
-        new = api_server_pids(leaky_stack)
+        new = api_server_pids(native_stack)
         done = (
             scraped.value("leakwatch_vllm_restarts_total") == 1
             and new
@@ -282,23 +267,25 @@ def test_restart_is_found_and_resets_the_baseline(leaky_stack, exporter):
     assert scraped.value("leakwatch_baseline_ready") == 0
     assert scraped.value("leakwatch_host_memory_growth_bytes", role="api_server") is None
     # The new processes are the ones measured.
-    worker = the_worker(leaky_stack)
+    worker = the_worker(native_stack)
     measured = scraped.value("leakwatch_process_resident_memory_bytes", role="worker", rank="0")
     assert measured == pytest.approx(psutil.Process(worker.pid).memory_info().rss, rel=0.05)
     wait_for(
-        lambda: requests.get(f"{leaky_stack.vllm_url}/health", timeout=5).status_code == 200,
+        lambda: requests.get(f"{native_stack.vllm_url}/health", timeout=5).status_code == 200,
         300,
         "vLLM not healthy after its restart",
     )
+    # And the stack's Prometheus scrapes the new vLLM.
+    native_stack.prometheus.wait_for(f'process_start_time_seconds{{job="vllm"}} > {killed_at:.0f}', timeout=180)
 
 
-def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
-    warm_up(leaky_stack)
+def test_leak_growth_per_request_matches_the_truth(native_stack, exporter):
+    warm_up(native_stack)
     start = wait_for(lambda: baseline_ready(exporter), 90, "no baseline after the restart's warm-up")
     assert start.value("leakwatch_vllm_restarts_total") == 1
     time.sleep(IDLE_BEFORE_BURST_S)
     scraped = rated_burst(
-        exporter, leaky_stack, lambda until: send(leaky_stack, 200, "keep", concurrency=8, until=until)
+        exporter, native_stack, lambda until: send(native_stack, 200, "keep", concurrency=8, until=until)
     )
     served = scraped.value("leakwatch_requests_since_baseline")
     per_request = scraped.value("leakwatch_host_memory_growth_per_request_bytes", role="api_server")
@@ -315,7 +302,7 @@ def test_leak_growth_per_request_matches_the_truth(leaky_stack, exporter):
         assert abs(scraped.value("leakwatch_host_memory_growth_per_request_bytes", role=role)) < NEAR_ZERO_BYTES
 
 
-def test_live_families_match_the_contract_both_ways(leaky_stack, exporter):
+def test_live_families_match_the_contract_both_ways(native_stack, exporter):
     """After warm-up, a burst and idle time every family exists that can exist on this host."""
     scraped = Scraped.get(exporter)
     contract = exporter_metrics()
@@ -335,7 +322,7 @@ def test_live_families_match_the_contract_both_ways(leaky_stack, exporter):
     if no_gpu:  # no NVIDIA driver here: then no GPU family at all
         conditional |= GPU_FAMILIES
         assert not GPU_FAMILIES & set(exposed)
-    if _cgroup_memory_unlimited(api_server_pids(leaky_stack).pop()):
+    if _cgroup_memory_unlimited(api_server_pids(native_stack).pop()):
         conditional.add("leakwatch_cgroup_memory_limit_bytes")
         assert "leakwatch_cgroup_memory_limit_bytes" not in exposed
     missing = set(contract) - set(exposed) - conditional

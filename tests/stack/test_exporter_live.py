@@ -17,7 +17,8 @@ from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
 
 MIB = 1 << 20
-# Growth per request counts as "near zero" below 5 % of the 2 MiB/request leak the leak test finds.
+# Growth per request counts as "near zero" below 100 kB (5 % of the 2 MiB/request leak this threshold
+# was first sized against; tests/stack/test_exporter_leak.py now injects 8 MiB).
 NEAR_ZERO_BYTES = 0.05 * 2 * MIB
 
 

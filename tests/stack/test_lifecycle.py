@@ -1,13 +1,11 @@
 """The README's `make up` / `make down` on the real native stack: vLLM (CPU), Prometheus,
-Alertmanager and node exporter under supervisord; traffic, scrapes, a crash and a clean stop."""
+Alertmanager and node exporter under supervisord; traffic, scrapes and a clean stop. A crash (kill -9
+of the worker) and supervisord's restart are tests/stack/test_exporter_leak.py's, on the shared stack."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
-from datetime import datetime, timezone
 
 import psutil
 import pytest
@@ -16,8 +14,7 @@ import requests
 from leakwatch.native.runner import NativeStack
 from leakwatch.paths import REPO_ROOT
 from leakwatch.promapi import Prometheus
-from tests.support import vllm_tree
-from tests.support.native_stack import environ, short_state_dir, stack_port_env
+from tests.support.native_stack import assert_no_vllm_running, environ, short_state_dir, stack_port_env
 
 pytestmark = [pytest.mark.slow]
 
@@ -35,6 +32,7 @@ def make(target: str, env: dict, timeout: int = 900) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def stack_env():
+    assert_no_vllm_running("`make up`")
     env = {**stack_port_env(), "LEAKWATCH_STATE_DIR": str(short_state_dir("lw-life-"))}
     yield env
     with environ(env):  # a failing test must not leave a stack behind
@@ -87,47 +85,6 @@ def test_prometheus_sees_traffic_and_every_target(stack_env):
     assert all(t["health"] == "up" for t in targets), [(t["labels"]["job"], t["lastError"]) for t in targets]
     up = prom.query("up")
     assert up and all(float(s["value"][1]) == 1 for s in up)
-
-
-def test_supervisor_restarts_vllm_after_worker_is_killed(stack_env):
-    with environ(stack_env):
-        stack = NativeStack()
-        (api,) = [p for p in stack.processes() if vllm_tree.is_api_server(p)]
-        workers = vllm_tree.by_role(api)["worker"]
-        assert len(workers) == 1, [p.name() for p in stack.processes()]
-        old_api_pids = {api.pid}
-    killed_at = time.time()
-    os.kill(workers[0].pid, signal.SIGKILL)
-
-    health = f"{url(stack_env, 'VLLM_PORT')}/health"
-    deadline = time.monotonic() + 600  # generous: a loaded 2-core machine restarts vLLM slowly
-    while time.monotonic() < deadline:
-        try:
-            ok = requests.get(health, timeout=5).status_code == 200
-        except requests.RequestException:
-            ok = False
-        with environ(stack_env):
-            new_api = {p.pid for p in NativeStack().processes() if vllm_tree.is_api_server(p)}
-        if ok and new_api and not new_api & old_api_pids:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail("vLLM did not come back healthy within 600 s after its worker was killed")
-    complete(stack_env, 1)
-
-    with environ(stack_env):  # finds this stack's Prometheus credentials (leakwatch/webauth.py)
-        prom = Prometheus(url(stack_env, "PROMETHEUS_PORT"))
-
-    def scraped_after_restart(_):
-        target = next(t for t in prom.targets() if t["labels"]["job"] == "vllm")
-        # RFC 3339 with nanoseconds; seconds precision is enough here.
-        scraped = datetime.fromisoformat(target["lastScrape"][:19]).replace(tzinfo=timezone.utc).timestamp()
-        return target["health"] == "up" and scraped > killed_at + 1
-
-    prom.wait_for('up{job="vllm"} == 1', predicate=scraped_after_restart, timeout=120)
-    # The new process is what Prometheus scrapes now.
-    started = prom.scalar('process_start_time_seconds{job="vllm"}')
-    assert started is not None and started > killed_at
 
 
 def test_make_down_leaves_no_process_behind(stack_env):

@@ -5,9 +5,6 @@ a production day of Poisson arrivals) are in tests/soak/test_load_shapes_live.py
 
 from __future__ import annotations
 
-import re
-import time
-
 import numpy as np
 import requests
 from scipy import stats
@@ -18,21 +15,6 @@ from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder
 from leakwatch.loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from leakwatch.loadgen.tokens import ServerTokenizer, probe
 from tests.support.locust_run import run_locust
-
-
-def gauge(text: str, name: str) -> float | None:
-    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    return float(match.group(1)) if match else None
-
-
-def settle(url: str) -> server_metrics.Snapshot:
-    """vLLM's counters once no request is running any more."""
-    for _ in range(60):
-        snap = server_metrics.scrape(url)
-        if not snap.values.get(server_metrics.RUNNING) and not snap.values.get(server_metrics.WAITING):
-            return snap
-        time.sleep(1)
-    return snap
 
 
 def test_code_prompts_fit_the_demo_context_with_the_server_tokenizer(native_stack, tmp_path):

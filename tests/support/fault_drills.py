@@ -161,6 +161,10 @@ def kill_9_and_watch_the_restart(stack: RunningStack, role: str) -> None:
     before = vllm_processes(stack)
     assert all(len(procs) == 1 for procs in before.values()), before
     old = [p for procs in before.values() for p in procs]
+    # The exporter counts a restart as a new API server after one it has seen: on a fresh stack, wait
+    # until it has sampled this one (a kill before its first sample would be no restart to it).
+    for r in before:
+        prom.wait_for(f'leakwatch_processes{{role="{r}"}} == 1', timeout=300)
     restarts_before = prom.scalar("sum(leakwatch_vllm_restarts_total)") or 0
     server = rpc(stack)
     old_program_pid = server.getProcessInfo(VLLM_PROGRAM)["pid"]

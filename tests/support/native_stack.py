@@ -6,7 +6,9 @@ machine: at most one vLLM process tree at any moment of a run.
   any vLLM API server is alive on this machine, naming it.
 - `SHARED` is the stack that the tests reading from an ordinary stack share: started by the first
   test that asks for it, stopped by tests/conftest.py after the last one (so a module's own stack
-  never runs beside it)."""
+  never runs beside it). Its vLLM carries the drill's leak middleware, inert: a request leaks only
+  when it asks to with the `X-Leakwatch-Leak-Mode` header (SHARED_LEAK_BYTES per /v1/completions
+  request), so the exporter's leak test needs no vLLM of its own."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from leakwatch.drill import leak_middleware
 from leakwatch.native.layout import StateLayout
 from leakwatch.native.ports import free_port
 from leakwatch.native.runner import NativeStack
@@ -31,6 +34,19 @@ from tests.support import vllm_tree
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+
+# What the shared vLLM keeps per /v1/completions request sent with `X-Leakwatch-Leak-Mode: keep` (and
+# holds for the request's duration with `release`). 8 MiB, not 2: what a loaded 2-core host adds to a
+# role's memory over a burst (up to ~160 kB/request seen) stays a small share of it.
+SHARED_LEAK_BYTES = 8 << 20
+SHARED_STACK_VLLM = {
+    "vllm_extra_args": ["--middleware", "leakwatch.drill.leak_middleware.leak_memory"],
+    "vllm_extra_env": {
+        leak_middleware.BYTES_ENV: str(SHARED_LEAK_BYTES),
+        leak_middleware.MODE_ENV: "off",  # inert unless a request asks
+        leak_middleware.PREFIX_ENV: "/v1/completions",
+    },
+}
 
 
 def stack_port_env() -> dict[str, str]:
@@ -151,11 +167,18 @@ class SharedStack:
         self._context: contextlib.AbstractContextManager | None = None
         self.running: RunningStack | None = None
         self.cache: dict[str, object] = {}  # facts read once per running stack (the metric catalogue)
+        self.failed: str | None = None  # why the start failed: every later module fails at once with it
 
     def acquire(self) -> RunningStack:
+        if self.failed:
+            pytest.fail(f"the shared stack failed to start earlier in this run: {self.failed}", pytrace=False)
         if self.running is None:
-            context = running_native_stack("lw-session-")
-            self.running = context.__enter__()
+            context = running_native_stack("lw-session-", **SHARED_STACK_VLLM)
+            try:
+                self.running = context.__enter__()
+            except BaseException as exc:
+                self.failed = f"{type(exc).__name__}: {exc}"[:2000]
+                raise
             self._context = context
         return self.running
 

@@ -16,8 +16,8 @@ from leakwatch.loadgen.client import StreamingClient, request_body
 from leakwatch.loadgen.options import LoadgenOptions, OptionError
 from leakwatch.loadgen.reference_server import Script
 from leakwatch.native.ports import free_port
+from tests.support.loadgen_options import parsed
 from tests.support.locust_run import run_locust
-from tests.unit.loadgen.test_shapes_and_options import parsed
 
 # The reference server runs as its own process (and one test runs Locust and vLLM's client).
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from leakwatch.loadgen.options import OPTIONS, LoadgenOptions, OptionError, dest, parse_duration
+from leakwatch.loadgen.options import LoadgenOptions, OptionError, parse_duration
 from leakwatch.loadgen.shapes import HighConcurrencyPlan, ProductionDayPlan
+from tests.support.loadgen_options import parsed
 
 
 def test_high_concurrency_steps_up_holds_and_steps_down():
@@ -54,12 +53,6 @@ def test_production_day_keeps_its_pool_until_the_day_and_the_drain_are_over():
     assert plan.users_at(61, in_flight=3) == 16  # let in-flight requests finish
     assert plan.users_at(61, in_flight=0) is None
     assert plan.users_at(91, in_flight=3) is None
-
-
-def parsed(**overrides) -> argparse.Namespace:
-    values = {dest(flag): default for flag, _, default, _, _ in OPTIONS}
-    values.update({k.replace("-", "_"): v for k, v in overrides.items()})
-    return argparse.Namespace(**values)
 
 
 def test_the_defaults_describe_the_brief():
