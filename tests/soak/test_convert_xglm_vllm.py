@@ -98,7 +98,7 @@ def test_janeway_newline_convention_against_the_real_server(served):
 def _logged_prompts(log_path) -> dict[str, tuple[str, list[int]]]:
     """request id -> (prompt, prompt token ids) from vLLM's DEBUG request log."""
     found = {}
-    pattern = re.compile(r"Request (\S+) details: prompt: '(.*?)', prompt_token_ids: \[([0-9]*)\]")
+    pattern = re.compile(r"Request (\S+) details: prompt: '(.*?)', prompt_token_ids: \[([0-9, ]*)\]")
     for match in pattern.finditer(log_path.read_text(errors="replace")):
         found[match.group(1)] = (match.group(2), [int(x) for x in match.group(3).split(",") if x.strip()])
     return found
