@@ -59,6 +59,7 @@ def _memory_burst(stack, model: str, exporter_url: str) -> None:
     """Requests that each hold the shared vLLM's leak middleware's block while they run (`release`:
     freed when they end), sent until the exporter has sampled the API server holding two of them: a
     burst its retention measure rates (the ordinary demo traffic raises memory too little for it)."""
+    from leakwatch.drill import leak_middleware
     from tests.support.exporter_scrape import Scraped
     from tests.support.native_stack import SHARED_LEAK_BYTES
 
@@ -74,7 +75,7 @@ def _memory_burst(stack, model: str, exporter_url: str) -> None:
             requests.post(
                 f"{stack.vllm_url}/v1/completions",
                 timeout=300,
-                headers={"X-Leakwatch-Leak-Mode": "release"},
+                headers={leak_middleware.MODE_HEADER: "release"},
                 json={"model": model, "prompt": f"held {i}", "max_tokens": 64},
             ).raise_for_status()
 

@@ -25,6 +25,7 @@ import requests
 
 from leakwatch import vllm_warmup
 from leakwatch.catalogue import exporter_metrics
+from leakwatch.drill import leak_middleware
 from leakwatch.native.ports import free_port
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
@@ -134,7 +135,7 @@ def send(stack, n: int, mode: str, concurrency: int = 8, max_tokens: int = 32, u
         resp = requests.post(
             f"{stack.vllm_url}/v1/completions",
             timeout=120,
-            headers={"X-Leakwatch-Leak-Mode": mode},
+            headers={leak_middleware.MODE_HEADER: mode},
             json={"model": stack.model, "prompt": f"leak drill {i}", "max_tokens": max_tokens},
         )
         assert resp.status_code == 200, resp.text
