@@ -24,6 +24,7 @@ from .config_schema import (
     STR,
     Key,
     check_section,
+    duration,
     fraction,
     list_of,
     non_negative,
@@ -31,6 +32,7 @@ from .config_schema import (
     positive,
     read_yaml,
 )
+from .durations import parse_duration
 from .errors import LeakwatchError
 from .paths import PROFILES_DIR
 
@@ -127,13 +129,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "cuda_graph_gib": Key(NUM, required=False, check=non_negative),
         "non_torch_gib": Key(NUM, required=False, check=non_negative),
     },
+    # What the fast-leak rules (HostMemoryRunningOut, GPUMemoryRunningOut) need to know about the
+    # server: how long it keeps allocating after it answers (first requests' buffers, heaps settling).
+    "monitoring": {
+        "warmup_after_ready": Key(STR, required=False, check=duration),
+    },
 }
 CONVERT_SCHEMA = {
     "tool": Key(STR, check=one_of(*CONVERTERS)),
     "service": Key(STR, check=_folder),  # the compose one-shot service that runs it
     "output": Key(STR, check=_folder),  # folder in the models volume that vLLM serves
 }
-OPTIONAL_SECTIONS = ("generation", "client", "capacity")
+OPTIONAL_SECTIONS = ("generation", "client", "capacity", "monitoring")
+# monitoring.warmup_after_ready of a profile that sets none.
+DEFAULT_WARMUP_AFTER_READY = "2m"
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,7 @@ class Profile:
     generation: dict
     client: dict
     capacity: dict
+    monitoring: dict
     path: Path
 
     @property
@@ -176,6 +186,10 @@ class Profile:
     @property
     def convert(self) -> dict | None:
         return self.model.get("convert")
+
+    @property
+    def warmup_after_ready_s(self) -> float:
+        return parse_duration(self.monitoring.get("warmup_after_ready") or DEFAULT_WARMUP_AFTER_READY)
 
 
 def available() -> list[str]:

@@ -3,13 +3,17 @@ articles' rules (translated faithfully) and with ours, and how many alerts 30 he
 
 The last line is the summary:
   detection: article_a_vllm_min=N slow_leak_min=N worker_rss_min=N healthy_false_alerts=N
-             healthy_warning_episodes=N leak_requests_p90=N
+             healthy_warning_episodes=N leak_requests_p90=N fast_leak_lead_min=N fast_leak_healthy_pages=N
 (minutes from leak start, `none` where nothing fired; false alerts are warning and critical episodes
 summed over every healthy scenario and seed; leak_requests_p90 counts the requests served between
 the start of a 2 or 3 MB/request GPU leak and the first alert, over leaks starting at six hours of
-the day, `none` if one was missed). Targets: article A within 60 min and before 25 % of the
+the day, `none` if one was missed; fast_leak_lead_min is the worst, over the fast leaks, of the
+minutes between the first critical alert and the memory running out, counted from the start or the
+healer's last restart, `none` if one ran out first; fast_leak_healthy_pages counts the fast-leak
+rules' episodes in the healthy histories). Targets: article A within 60 min and before 25 % of the
 remaining headroom is used, the slow leak within 6 h, the worker leak within 3 h, no episode in any
-healthy month, every GPU leak within 150 leaking requests.
+healthy month, every GPU leak within 150 leaking requests, every fast leak paged 20 min before it
+runs out of memory and no fast-leak episode when healthy.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import LeakwatchError
 from ..paths import RULES_DIR
+from ..rules.alerts import RUNNING_OUT_ALERTS
 from ..scenarios import library
+from ..scenarios.simulate import HEALER_RESTART
 from ..shutdown import unwind_on_sigterm
 from .command import REFERENCE_RULES
 from .engine import AlertResult, Backtest, BacktestResult
@@ -80,6 +87,29 @@ class Outcome:
 
     def severity_episodes(self, side: str, severity: str) -> int:
         return sum(len(r.fired) for r in self.alerts(side) if r.rule.severity == severity)
+
+    def fast_leak_lead_s(self) -> float | None:
+        """Seconds from the first page (a critical alert of ours) to the memory running out, in the
+        run that starts with the scenario or its last healer restart; None if nothing paged first.
+        A fast-leak scenario must run out of memory (else it is no fast leak)."""
+        sim = self.history.simulation
+        if sim is None:
+            raise LeakwatchError(f"{self.name}: a fast-leak lead needs a simulated history")
+        since = max((t for t, text in sim.events if text == HEALER_RESTART), default=self.history.start)
+        exhausted = sim.out_of_memory_after(since)
+        if exhausted is None:
+            raise LeakwatchError(f"{self.name}: the memory never runs out, so it is no fast leak")
+        pages = [
+            e.firing_at
+            for r in self.alerts(OURS)
+            if r.rule.severity == "critical"
+            for e in r.fired
+            if since <= e.firing_at < exhausted
+        ]
+        return exhausted - min(pages) if pages else None
+
+    def episodes_of(self, side: str, names: tuple[str, ...]) -> int:
+        return sum(len(r.fired) for r in self.alerts(side) if r.rule.name in names)
 
     def headroom_used(self, after_s: float) -> float | None:
         """Share of the card's headroom at the leak start used up `after_s` later (card 0)."""
@@ -168,11 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     def days(name: str) -> float | None:
         if name in library.healthy():
             return args.healthy_days or (QUICK_HEALTHY_DAYS if args.quick else None)
+        if name in library.fast_leaks():
+            return None  # hours: as long as it takes the memory to run out
         return QUICK_DAYS.get(name, QUICK_DEFAULT_DAYS) if args.quick else None
 
     started = time.monotonic()
     noisy: set[str] = set()
-    false_alerts = warning_episodes = 0
+    false_alerts = warning_episodes = fast_pages = 0
     for name in library.healthy():
         for offset in library.HEALTHY_SEED_OFFSETS:
             seed = library.SCENARIOS[name].seed + offset
@@ -183,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             criticals = healthy.severity_episodes(OURS, "critical")
             false_alerts += warnings + criticals
             warning_episodes += warnings
+            fast_pages += healthy.episodes_of(OURS, RUNNING_OUT_ALERTS)
             print(
                 f"{name} seed {seed}: {span:.0f} healthy days, {healthy.history.samples} samples, {healthy.wall_s:.0f}s"
             )
@@ -190,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  articles: {sum(healthy.episodes(ARTICLES).values())} alerts {healthy.episodes(ARTICLES)}")
 
     figures = {}
+    leads: dict[str, float | None] = {}
     for name, scenario in library.SCENARIOS.items():
         if name in library.healthy():
             continue
@@ -207,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
         print(f"  articles (min after leak start): {_article_firsts(outcome, noisy)}")
         figures[name] = (ours, used)
+        if name in library.fast_leaks():
+            lead = outcome.fast_leak_lead_s()
+            leads[name] = lead
+            print(f"  first page before the memory runs out: {'none' if lead is None else f'{lead / 60:.0f} min'}")
 
     # GPU leaks starting at every hour of the day: detection counted in requests served.
     leak_requests: list[float] = []
@@ -243,11 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         return "none" if first is None else f"{first[0] / 60:.0f}"
 
     p90 = "none" if missed or not leak_requests else f"{percentile(leak_requests, 0.9):.0f}"
+    # The worst fast leak: `none` when one ran out of memory before any page.
+    caught = [v for v in leads.values() if v is not None]
+    worst_lead = "none" if len(caught) < len(leads) or not caught else f"{min(caught) / 60:.0f}"
     print(f"(* fires in the healthy history too.) bench-detection took {time.monotonic() - started:.0f}s")
     print(
         f"detection: article_a_vllm_min={minutes('article_a_vllm')} slow_leak_min={minutes('slow_leak')} "
         f"worker_rss_min={minutes('worker_rss_high_traffic')} "
-        f"healthy_false_alerts={false_alerts} healthy_warning_episodes={warning_episodes} leak_requests_p90={p90}"
+        f"healthy_false_alerts={false_alerts} healthy_warning_episodes={warning_episodes} leak_requests_p90={p90} "
+        f"fast_leak_lead_min={worst_lead} fast_leak_healthy_pages={fast_pages}"
     )
     sys.stdout.flush()
     return 0

@@ -36,9 +36,23 @@ class DrillConfig:
     max_estimate_error: float
     baseline_tolerance_bytes: int
     storm_watch_s: float
+    fast_leak: dict  # the fast_leak section, as as_fast_leak() applies it
 
     def wall(self, production_s: float) -> float:
         return production_s / self.time_compression
+
+    def as_fast_leak(self) -> DrillConfig:
+        """The settings of the fast-leak variant: its compression, traffic, leak and headroom."""
+        fast = self.fast_leak
+        return dataclasses.replace(
+            self,
+            time_compression=float(fast["time_compression"]),
+            requests_per_day=float(fast["requests_per_day"]),
+            bytes_per_request=fast["bytes_per_request"],
+            cgroup_headroom_bytes=fast["cgroup_headroom_bytes"],
+            control_span_s=0.0,
+            leak_span_s=parse_duration(fast["leak_span"]),
+        )
 
 
 SCHEMA: Schema = {
@@ -55,6 +69,13 @@ SCHEMA: Schema = {
         "max_estimate_error": Key(NUM, check=fraction),
         "baseline_tolerance_bytes": Key(INT, check=non_negative),
         "storm_watch_s": Key(NUM, check=non_negative),
+    },
+    "fast_leak": {
+        "time_compression": Key(NUM, check=at_least(1)),
+        "requests_per_day": Key(NUM, check=positive),
+        "bytes_per_request": Key(INT, check=positive),
+        "cgroup_headroom_bytes": Key(INT, check=positive),
+        "leak_span": Key(STR, check=duration),
     },
 }
 
@@ -74,6 +95,7 @@ def load(path: Path = CONFIG_FILE) -> DrillConfig:
         max_estimate_error=float(checks["max_estimate_error"]),
         baseline_tolerance_bytes=checks["baseline_tolerance_bytes"],
         storm_watch_s=float(checks["storm_watch_s"]),
+        fast_leak=dict(raw["fast_leak"]),
     )
 
 
@@ -116,14 +138,16 @@ def scaled_alertmanager(doc: dict, compression: float, repeat_s: float) -> dict:
     return out
 
 
-def write_rules(rules_dir: Path, compression: float, scrape_s: float) -> list[Path]:
+def write_rules(rules_dir: Path, compression: float, scrape_s: float, alert: str = LEAK_ALERT) -> list[Path]:
     """The production rule files, rendered from config/alerts.yaml with every duration divided by
-    the compression, into the drill's own folder (prometheus/rules/ stays as it is)."""
+    the compression, into the drill's own folder (prometheus/rules/ stays as it is). Rules whose
+    windows are under four scrapes at this compression are left out, never the drill's `alert`."""
     from ..rules.render import write_rule_copy
 
     return write_rule_copy(
         rules_dir,
         f"Drill copy, time compression x{compression:g}.",
+        required=(alert,),
         time_scale=1.0 / compression,
         min_window_s=4 * scrape_s,
     )

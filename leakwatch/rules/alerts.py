@@ -17,12 +17,15 @@ from .. import profiles as model_profiles
 from ..durations import format_duration
 from ..heal import config as healer_config
 from .config import MIB, number
-from .promql import by, fill
+from .promql import by, fill, on
 from .recording import Context
 
 # The line between an alert's own condition and the one that keeps it firing (the backtester
 # splits expressions there to replay the hysteresis; Prometheus reads it as a comment).
 KEEP_FIRING_MARKER = "# leakwatch: keeps firing while"
+
+# The fast-leak alerts (time to exhaustion over a short window, from minutes after a start).
+RUNNING_OUT_ALERTS = ("HostMemoryRunningOut", "GPUMemoryRunningOut")
 
 # vLLM's default --gpu-memory-utilization, used when no GPU profile sets one.
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -82,6 +85,82 @@ def profile_shares() -> list[float]:
 def preallocated_share() -> float:
     """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
     return max(profile_shares())
+
+
+def warmup_after_ready_s() -> float:
+    """The longest monitoring.warmup_after_ready among the profiles: how long after the exporter's
+    post-warm-up baseline the fast-leak rules still ignore growth (rules serve every profile)."""
+    return max(model_profiles.load(name).warmup_after_ready_s for name in model_profiles.available())
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A memory the fast-leak rules forecast: what is still free, how fast it falls, and vLLM's own."""
+
+    section: str  # config/alerts.yaml section with the runout_* keys
+    alert: str
+    fall_rate: str  # recorded: the free memory's fall in most slices, bytes/s
+    vllm_rate: str  # recorded: vLLM's own memory's growth in most slices, bytes/s
+    free: str  # what is still free, bytes
+    falls: str  # the free memory's fall as deriv() over a whole window, with {window} to fill
+    vllm: str  # vLLM's own memory (recorded), for its whole-window deriv()
+    on: str  # how the free memory joins vLLM's series
+
+
+def _running_out(ctx: Context, m: Memory) -> list[Alert]:
+    """The fast-leak pair of a memory (the host's available memory, a GPU's free memory): at its
+    fall over the short runout window it is gone within a horizon, while vLLM's own memory grows
+    by at least a share of that fall (not a neighbour's growth). Judged from the exporter's baseline
+    plus the profiles' warm-up after ready, so it works minutes after a start or a healer restart."""
+    sec = ctx.t.section(m.section)
+    window = sec.dur("runout_window")
+    guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.t.time_scale)
+    vllm_grows = (
+        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_mib_per_hour'))})\n"
+        f"  and {m.vllm_rate} >= {m.on} group_left () ({number(sec.num('runout_min_vllm_share'))} * {m.fall_rate})"
+    )
+
+    def forecast(runout: str, grows: str, within: float) -> str:
+        # The time to exhaustion takes vLLM's labels (instance, job: whom the healer restarts).
+        return f"{runout}\n  + {m.on} group_right () (0 * (\n  {grows}\n))\n< {number(within)}\nunless {ctx.on_host()} {guard}"
+
+    # Hysteresis: an allocator's staircase moves the slopes of 2-minute slices by half, so once
+    # firing the alert holds while vLLM's memory still grows over the whole window and the free
+    # memory is gone within twice the horizon at the whole window's fall.
+    whole_runout = f"({m.free}) / ({m.falls.format(window=window)} > 0)"
+    whole_grows = f"deriv({m.vllm}[{window}]) > 0"
+    where = {
+        "host": "The memory vLLM can still take on {{ $labels.instance }} (available memory and free swap, or "
+        "the container's headroom)",
+        "gpu": "GPU {{ $labels.gpu }}'s free memory on {{ $labels.instance }}",
+    }[m.section]
+    alerts = []
+    for severity, key in (("warning", "runout_warning_within"), ("critical", "runout_critical_within")):
+        alerts.append(
+            Alert(
+                m.alert,
+                severity,
+                forecast(f"({m.free}) / ({m.fall_rate} > 0)", vllm_grows, sec.seconds(key)),
+                sec.dur("runout_for"),
+                {"host": "The host's available memory", "gpu": "A GPU's memory"}[m.section]
+                + " runs out soon, and vLLM's own memory is what grows.",
+                fill(
+                    f"{where} is gone in {{{{ $value | humanizeDuration }}}} at its fall over the last <window>, and "
+                    "vLLM's processes grow by at least <share> of that fall. A leak this fast exhausts the memory "
+                    "before the slower leak rules have a settled window."
+                    + (
+                        " The healer drains and restarts vLLM before the out-of-memory kill."
+                        if severity == "critical"
+                        else ""
+                    ),
+                    window=window,
+                    share=f"{sec.num('runout_min_vllm_share'):.0%}",
+                ),
+                remediate=severity == "critical",
+                keep_firing_while=forecast(whole_runout, whole_grows, 2 * sec.seconds(key)),
+            )
+        )
+    return alerts
 
 
 def utilization_label(share: float) -> str:
@@ -263,6 +342,20 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ),
         )
     )
+    used = ctx.exporter("leakwatch_gpu_memory_used_bytes")
+    alerts += _running_out(
+        ctx,
+        Memory(
+            "gpu",
+            "GPUMemoryRunningOut",
+            ctx.device_memory_rate,
+            ctx.vllm_gpu_memory_rate,
+            free=f"{ctx.exporter('leakwatch_gpu_memory_total_bytes')} - {used}",
+            falls=f"deriv({used}[{{window}}])",
+            vllm=ctx.vllm_gpu_memory,
+            on=on(ctx.host + ["instance", "job", "gpu"]),
+        ),
+    )
     card_lows = [ctx.gpu_low_growth_fast, ctx.gpu_low_growth_slow]
     keep = {
         ("GPUMemoryLeakSuspected", "warning"): _still_leaking(
@@ -299,7 +392,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ctx.restarted_within(g.seconds("retention_window"), "gpu"),
         ),
     }
-    return [replace(a, keep_firing_while=keep.get((a.name, a.severity))) for a in alerts]
+    return [replace(a, keep_firing_while=keep.get((a.name, a.severity), a.keep_firing_while)) for a in alerts]
 
 
 def host_alerts(ctx: Context) -> list[Alert]:
@@ -354,6 +447,20 @@ def host_alerts(ctx: Context) -> list[Alert]:
     still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
     alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
+    alerts += _running_out(
+        ctx,
+        Memory(
+            "host",
+            "HostMemoryRunningOut",
+            ctx.host_available_fall,
+            ctx.vllm_host_memory_rate,
+            free=ctx.host_available,
+            falls=f"-deriv({ctx.host_available}[{{window}}])",
+            vllm=ctx.vllm_host_memory,
+            on=ctx.on_host(),
+        ),
+    )
+
     alerts.append(
         Alert(
             "HostSwapGrowing",
@@ -370,22 +477,21 @@ def host_alerts(ctx: Context) -> list[Alert]:
         )
     )
 
-    pss = ctx.exporter("leakwatch_process_proportional_memory_bytes")
-    limit = (
-        f"(max {ctx.by_host()} ({ctx.exporter('leakwatch_cgroup_memory_limit_bytes')})\n"
-        f"   or {ctx.on_host()} max {ctx.by_host()} ({ctx.node('node_memory_MemTotal_bytes')}))"
-    )
+    # What vLLM can hold at most: what it holds plus what it can still take (the host's available
+    # memory and free swap, or the container's headroom). MemTotal is shared with the system and
+    # other programs, so a share of it is a level vLLM may never reach before the OOM killer acts.
+    pss = f"sum {ctx.by_host()} ({ctx.exporter('leakwatch_process_proportional_memory_bytes')})"
     for severity, key in (("warning", "usage_warning_share"), ("critical", "usage_critical_share")):
         alerts.append(
             Alert(
                 "HighMemoryUsage",
                 severity,
-                f"sum {ctx.by_host()} ({pss})\n  / {ctx.on_host()} {limit}\n> {number(h.num(key))}",
+                f"{pss}\n  / {ctx.on_host()} ({pss} + {ctx.on_host()} {ctx.host_available})\n> {number(h.num(key))}",
                 h.dur("usage_for"),
-                "vLLM's processes use most of the memory limit.",
-                "vLLM's processes (API server, EngineCore, workers; proportional set size) use "
-                "{{ $value | humanizePercentage }} of the container's memory limit, or of the host's memory "
-                "when there is no limit.",
+                "vLLM's processes hold most of the memory they can have.",
+                "vLLM's processes (API server, EngineCore, workers; proportional set size) hold "
+                "{{ $value | humanizePercentage }} of what they can have: their own memory plus the host's "
+                "available memory and free swap, or the container's limit.",
             )
         )
     return alerts

@@ -51,7 +51,10 @@ class Context:
         exporter counted a restart within it, its post-warm-up baseline is younger than that, or
         there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
         process_start_time_seconds does not (multi-API-server mode serves no process_* series)."""
-        span_s = window_s + self.t.warmup_s(warmup)
+        return self.started_within(window_s + self.t.warmup_s(warmup))
+
+    def started_within(self, span_s: float) -> str:
+        """Non-empty while vLLM (re)started less than span_s ago, as restarted_within says it."""
         span = format_duration(span_s)
         restarts = self.exporter("leakwatch_vllm_restarts_total")
         baseline = self.exporter("leakwatch_baseline_timestamp_seconds")
@@ -70,6 +73,13 @@ class Context:
     process_memory = "leakwatch:process_memory_bytes"
     swap_used = "leakwatch:node_swap_used_bytes"
     host_available = "leakwatch:host_memory_available_bytes"
+    # vLLM's own memory per serving host: its process roles' leak measure summed, and its
+    # processes' GPU memory per device (the fast-leak rules' "is it vLLM?").
+    vllm_host_memory = "leakwatch:vllm_host_memory_bytes"
+    vllm_gpu_memory = "leakwatch:vllm_gpu_memory_bytes"
+    # A device's memory as the exporter reads it from NVML (the exporter's labels, so the fast GPU
+    # rule joins vLLM's processes on the same device without mapping DCGM's labels).
+    device_memory = "leakwatch:gpu_device_memory_used_bytes"
     model_latency_mean = "leakwatch:vllm_e2e_request_latency_seconds"
     model_requests = "leakwatch:vllm_model_requests"
 
@@ -85,15 +95,25 @@ class Context:
         window, piece = self.slice(section, window_key, slices_key)
         return f"{series}:deriv{piece}_p{round(100 * self.t.slice_quantile)}_{window}"
 
-    def slice_rate_expr(self, source: str, section: str, window_key: str, slices_key: str) -> str:
+    def slice_rate_expr(self, source: str, section: str, window_key: str, slices_key: str, falling=False) -> str:
         """A low quantile of deriv() over the window's slices: a growth rate one step cannot fake.
         Only where every slice has a slope (with fewer, say after a gap or right after Prometheus
-        started, one step would be a large share of them)."""
+        started, one step would be a large share of them). falling: the rate at which `source`
+        falls in most slices (the same quantile of its fall, as a positive number)."""
         window, piece = self.slice(section, window_key, slices_key)
         slopes = f"deriv({source}[{piece}])[{window}:{piece}]"
-        q = number(self.t.slice_quantile)
+        q = self.t.slice_quantile
         slices = self.t.section(section).slices(slices_key)
-        return f"quantile_over_time({q}, {slopes})\nand count_over_time({slopes}) >= {slices}"
+        quantile = (
+            f"-quantile_over_time({number(1 - q)}, {slopes})"
+            if falling
+            else f"quantile_over_time({number(q)}, {slopes})"
+        )
+        return f"{quantile}\nand count_over_time({slopes}) >= {slices}"
+
+    def fall_rate_name(self, series: str, section: str, window_key: str, slices_key: str) -> str:
+        window, piece = self.slice(section, window_key, slices_key)
+        return f"{series}:fall{piece}_p{round(100 * self.t.slice_quantile)}_{window}"
 
     def low_growth_name(self, series: str, section: str, window_key: str) -> str:
         window = self.t.section(section).dur(window_key)
@@ -195,6 +215,22 @@ class Context:
     def swap_deriv(self) -> str:
         return self.slice_rate_name(self.swap_used, "host", "swap_window", "swap_slices")
 
+    @property
+    def host_available_fall(self) -> str:
+        return self.fall_rate_name(self.host_available, "host", "runout_window", "runout_slices")
+
+    @property
+    def vllm_host_memory_rate(self) -> str:
+        return self.slice_rate_name(self.vllm_host_memory, "host", "runout_window", "runout_slices")
+
+    @property
+    def device_memory_rate(self) -> str:
+        return self.slice_rate_name(self.device_memory, "gpu", "runout_window", "runout_slices")
+
+    @property
+    def vllm_gpu_memory_rate(self) -> str:
+        return self.slice_rate_name(self.vllm_gpu_memory, "gpu", "runout_window", "runout_slices")
+
     def requests(self, section: str, key: str) -> str:
         return self.requests_name(self.t.section(section).dur(key))
 
@@ -262,6 +298,16 @@ def recording_rules(ctx: Context) -> list[dict]:
         ctx.series_deriv,
         ctx.slice_rate_expr(ctx.exporter("leakwatch_vllm_metrics_series"), "metrics", "series_window", "series_slices"),
     )
+    # Fast leaks: vLLM's processes' GPU memory per device, and each device's growth and time to
+    # full (free memory over the growth in most slices of the short runout window).
+    record(
+        ctx.vllm_gpu_memory,
+        f"sum {ctx.by_host('instance', 'job', 'gpu')} ({ctx.exporter('leakwatch_gpu_process_memory_bytes')})",
+    )
+    # (Summed from the exporter's own series, so its growth is a level-2 rule like every other.)
+    record(ctx.vllm_host_memory, f"sum {ctx.by_host('instance', 'job')} ({host_leak_measure(ctx.exporter)})")
+    device_used = ctx.exporter("leakwatch_gpu_memory_used_bytes")
+    record(ctx.device_memory_rate, ctx.slice_rate_expr(device_used, "gpu", "runout_window", "runout_slices"))
     # Requests finished (any reason) per leak window, for per-request normalisation.
     windows = {gpu.dur("fast_window"), gpu.dur("slow_window"), host.dur("leak_window")}
     for window in sorted(windows, key=parse_duration):
@@ -298,4 +344,15 @@ def recording_rules(ctx: Context) -> list[dict]:
         ctx.process_memory_low_growth, ctx.low_growth_expr(ctx.process_memory, "host", "leak_window", consecutive=True)
     )
     record(ctx.process_memory_released, ctx.released_expr(ctx.process_memory, "host", "leak_slices", "leak_window"))
+    # Fast leaks: the host's available memory's fall and vLLM's host and GPU memory's growth, in
+    # most slices of the short runout window.
+    record(
+        ctx.host_available_fall,
+        ctx.slice_rate_expr(ctx.host_available, "host", "runout_window", "runout_slices", falling=True),
+    )
+    record(
+        ctx.vllm_host_memory_rate,
+        ctx.slice_rate_expr(ctx.vllm_host_memory, "host", "runout_window", "runout_slices"),
+    )
+    record(ctx.vllm_gpu_memory_rate, ctx.slice_rate_expr(ctx.vllm_gpu_memory, "gpu", "runout_window", "runout_slices"))
     return rules

@@ -3,9 +3,11 @@ time-compression factor, a drill's."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..durations import parse_duration
+from ..errors import LeakwatchError
 from ..generate import yamlfmt
 from ..settings import load as load_settings
 from .alerts import GROUPS
@@ -23,13 +25,20 @@ docs/runbook.md says what to check and do for every alert.
 
 
 def render_rules(
-    time_scale: float = 1.0, min_window_s: float | None = None, config: Path | None = None
+    time_scale: float = 1.0,
+    min_window_s: float | None = None,
+    config: Path | None = None,
+    omitted: list[str] | None = None,
 ) -> dict[str, dict]:
     """File name -> rule file document. time_scale < 1 compresses every duration (a drill).
 
     min_window_s: the shortest range a rule may use (default: four scrape intervals, so that deriv()
     sees enough samples); a time scale that would go below it is refused rather than silently
     producing rules that cannot work. config: another thresholds file than config/alerts.yaml.
+    omitted: a list to collect what cannot work at this scale instead of refusing it: rules with a
+    too-short window leave the files, and so does every rule that reads what they recorded (a drill
+    compressed x60 has no room for the fast-leak rules' 2-minute slices); the names of the alerts
+    left out are appended to it, and a scale that leaves no alert at all is still refused.
     """
     thresholds = load_thresholds(time_scale) if config is None else load_thresholds(time_scale, config)
     ctx = Context(thresholds)
@@ -41,24 +50,54 @@ def render_rules(
             ]
         },
     }
+    if min_window_s is None:
+        min_window_s = 4 * parse_duration(load_settings().prometheus["scrape_interval"])
+    if omitted is not None:
+        omitted += _omit_too_short(docs, min_window_s)
     _check_windows(docs, min_window_s)
     return docs
 
 
-def _check_windows(docs: dict[str, dict], min_window_s: float | None) -> None:
-    import re
+def _short_windows(expr: str, min_window_s: float) -> set[str]:
+    return {w for w in re.findall(r"\[([0-9a-z]+)\]", expr) if parse_duration(w) < min_window_s}
 
-    from ..errors import LeakwatchError
 
-    if min_window_s is None:
-        min_window_s = 4 * parse_duration(load_settings().prometheus["scrape_interval"])
+def _reads(expr: str, names: set[str]) -> bool:
+    return any(re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", expr) for name in names)
+
+
+def _omit_too_short(docs: dict[str, dict], min_window_s: float) -> list[str]:
+    """Drops the rules that cannot work at this scale and those that read their output; returns
+    the alerts dropped."""
+    dropped: set[str] = set()
+    alerts: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for doc in docs.values():
+            for group in doc["groups"]:
+                kept = []
+                for rule in group["rules"]:
+                    if _short_windows(rule["expr"], min_window_s) or _reads(rule["expr"], dropped):
+                        changed = True
+                        if "record" in rule:
+                            dropped.add(rule["record"])
+                        elif rule["alert"] not in alerts:
+                            alerts.append(rule["alert"])
+                    else:
+                        kept.append(rule)
+                group["rules"] = kept
+    if not any(rule for group in docs[ALERTS_FILE]["groups"] for rule in group["rules"]):
+        raise LeakwatchError(f"no alert keeps its range windows at or above {min_window_s:g}s at this time scale")
+    return alerts
+
+
+def _check_windows(docs: dict[str, dict], min_window_s: float) -> None:
     short = set()
     for doc in docs.values():
         for group in doc["groups"]:
             for rule in group["rules"]:
-                for window in re.findall(r"\[([0-9a-z]+)\]", rule["expr"]):
-                    if parse_duration(window) < min_window_s:
-                        short.add(window)
+                short |= _short_windows(rule["expr"], min_window_s)
     if short:
         raise LeakwatchError(
             f"range windows {sorted(short, key=parse_duration)} are shorter than {min_window_s:g}s "
@@ -66,12 +105,23 @@ def _check_windows(docs: dict[str, dict], min_window_s: float | None) -> None:
         )
 
 
-def write_rule_copy(rules_dir: Path, what: str, **render_kwargs) -> list[Path]:
+def write_rule_copy(rules_dir: Path, what: str, required: tuple[str, ...] = (), **render_kwargs) -> list[Path]:
     """The rule files render_rules(**render_kwargs) gives, into rules_dir (a drill's own folder;
-    prometheus/rules/ stays as it is), each with the GENERATED header saying `what` they are."""
+    prometheus/rules/ stays as it is), each with the GENERATED header saying `what` they are and
+    which alerts cannot work at this scale and were left out; `required` alerts may not be."""
     rules_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, doc in render_rules(**render_kwargs).items():
+    omitted: list[str] = []
+    docs = render_rules(omitted=omitted, **render_kwargs)
+    missing = [name for name in required if name in omitted]
+    if missing:
+        raise LeakwatchError(
+            f"{', '.join(missing)}: its windows are under four scrapes at this time scale; "
+            "use a smaller time compression or a shorter scrape interval"
+        )
+    if omitted:
+        what += f"\nLeft out, their windows are under four scrapes at this scale: {', '.join(omitted)}."
+    for name, doc in docs.items():
         path = rules_dir / name
         path.write_text(yamlfmt.dump(doc, HEADER.format(what=what)))
         written.append(path)

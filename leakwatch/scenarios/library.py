@@ -40,6 +40,95 @@ IQUEST_HOST = Host(
     base_rss_bytes={"api_server": 2.0 * GIB, "engine_core": 2.5 * GIB, "worker": 6.0 * GIB},
 )
 
+# Fast leaks (issue: a page before the OOM from the first minutes): an 8B model in fp8 on the
+# 4090D (~8 GiB of weights leave room for ~90k tokens of KV cache) answering 30 short requests a
+# second, on a 32 GiB host with no swap and no container limit: ~20 GiB left to vLLM once ready.
+SMALL_MODEL_4090D = replace(JANEWAY_4090D, kv_capacity_tokens=90_000)
+SHORT_REQUESTS = Traffic(
+    requests_per_day=30 * 86400,
+    diurnal_amplitude=0.2,
+    prompt_tokens=(100, 300),
+    output_tokens=(20, 80),
+    ttft_median_s=0.15,
+    itl_median_s=0.025,
+    long_request_share=0.0005,
+)
+HOST_32GIB = Host(mem_total_bytes=32 * GIB, other_used_bytes=6 * GIB, swap_total_bytes=0.0, cgroup_limit_bytes=None)
+KB = 1000
+
+
+def _fast_host_leak(name: str, kb_per_request: float, hours: float, title: str, **extra) -> Scenario:
+    return Scenario(
+        name,
+        title,
+        days=hours / 24,
+        gpu=SMALL_MODEL_4090D,
+        traffic=SHORT_REQUESTS,
+        host=HOST_32GIB,
+        model_name="small-8b",
+        leaks=(Leak("api_server", kb_per_request * KB),),
+        **extra,
+    )
+
+
+def _fast_gpu_leak(name: str, title: str, hours: float, **extra) -> Scenario:
+    return Scenario(
+        name,
+        title,
+        days=hours / 24,
+        gpu=SMALL_MODEL_4090D,
+        traffic=replace(SHORT_REQUESTS, requests_per_day=5 * 86400),
+        host=HOST_32GIB,
+        model_name="small-8b",
+        leaks=(Leak("gpu", 60 * KB, segment_mib=20.0),),
+        **extra,
+    )
+
+
+def _fast_scenarios() -> tuple[Scenario, ...]:
+    return (
+        _fast_host_leak(
+            "fast_host_leak",
+            100,
+            3.0,
+            "The API server keeps 100 KB per request from the first, at 30 requests/s on a 32 GiB host "
+            "(~10.8 GB/h: out of memory ~110 min after start)",
+        ),
+        _fast_host_leak(
+            "fast_host_leak_30min",
+            370,
+            1.0,
+            "The API server keeps 370 KB per request from the first, at 30 requests/s on a 32 GiB host "
+            "(out of memory ~30 min after start)",
+        ),
+        _fast_host_leak(
+            "fast_host_leak_3h",
+            60,
+            4.0,
+            "The API server keeps 60 KB per request from the first, at 30 requests/s on a 32 GiB host "
+            "(out of memory ~3 h after start)",
+        ),
+        _fast_host_leak(
+            "fast_host_leak_after_heal",
+            100,
+            4.0,
+            "fast_host_leak, restarted by the healer after an hour: the leak in vLLM's code comes back",
+            healer_restarts_s=(3600.0,),
+        ),
+        _fast_gpu_leak(
+            "fast_gpu_leak",
+            "The card keeps 60 KB per request from the first, at 5 requests/s (~1 GB/h against ~1.5 GB of "
+            "headroom above the preallocation)",
+            3.0,
+        ),
+        _fast_gpu_leak(
+            "fast_gpu_leak_after_heal",
+            "fast_gpu_leak, restarted by the healer after 40 minutes",
+            3.0,
+            healer_restarts_s=(2400.0,),
+        ),
+    )
+
 
 def _scenarios() -> dict[str, Scenario]:
     return {
@@ -100,6 +189,30 @@ def _scenarios() -> dict[str, Scenario]:
                 days=2.0,
                 gpu=JANEWAY_4090D,
                 metrics_series_per_hour=40.0,
+            ),
+            *_fast_scenarios(),
+            Scenario(
+                "healthy_fast_host",
+                "7 healthy days at 30 requests/s on a 32 GiB host: restarts, and a 700 MiB cache that fills "
+                "within minutes of each start and stops",
+                days=7.0,
+                gpu=SMALL_MODEL_4090D,
+                traffic=replace(SHORT_REQUESTS, bursts_per_day=3.0),
+                host=HOST_32GIB,
+                model_name="small-8b",
+                daily_restart_hour=4.0,
+                seed=53,
+                noise=Noise(
+                    # oneDNN's primitive cache at its default capacity, or a warm-up sweep's batch shapes.
+                    host_warmup_mib={"api_server": 96.0, "engine_core": 64.0, "worker": 700.0},
+                    host_warmup_tau_s=300.0,
+                    sawtooth_period_s=1800,
+                    sawtooth_mib_per_request={"api_server": 0.05, "gpu": 0.05},
+                    sawtooth_cap_mib=160.0,
+                    sawtooth_segment_mib=20.0,
+                ),
+                note="Nothing leaks. A cache that grows 700 MiB in minutes after every start, a sawtooth that "
+                "creeps 90 MiB a minute and is released every 30 minutes: the fast-leak rules stay quiet.",
             ),
             Scenario(
                 "healthy_30d",
@@ -176,6 +289,11 @@ LEAK_HOURS = (0.0, 3.0, 6.0, 10.0, 15.0, 20.0)
 LEAK_SIZES_MB = (2.0, 3.0)
 LEAK_SEEDS = (1, 2)
 LEAK_REQUEST_TARGET = 150
+
+
+def fast_leaks() -> list[str]:
+    """The fast leaks: each must page before its memory runs out (bench: fast_leak_lead_min)."""
+    return [scenario.name for scenario in _fast_scenarios()]
 
 
 def healthy() -> list[str]:

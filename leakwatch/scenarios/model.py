@@ -141,6 +141,9 @@ class Scenario:
     model_name: str = "janeway-13b"
     max_num_seqs: int = 256
     daily_restart_hour: float | None = None
+    # Restarts the healer made (seconds after the scenario start): a leak in vLLM's code comes back
+    # after each, and the fast-leak figures are measured from the last one.
+    healer_restarts_s: tuple[float, ...] = ()
     restart_downtime_s: float = 120.0  # process start to /metrics answering (weights, profiling)
     start_hour: float = 8.5  # first start, hours after midnight UTC of start_date
     start_date: str = "2024-03-04"  # a Monday; the scenarios run in UTC

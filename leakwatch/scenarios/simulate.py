@@ -38,6 +38,10 @@ RECORD_LONG_REQUESTS = (1, 10)
 # Resident file pages (libraries, mmapped weights) per process: RSS minus them is the anonymous part.
 FILE_BACKED_BYTES = 240 * MIB
 SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
+# Event texts the bench reads: where the memory ran out, and the healer's restarts.
+GPU_OUT_OF_MEMORY = "GPU out of memory: vLLM crashes and is restarted"
+HOST_OUT_OF_MEMORY = "host out of memory: the OOM killer ends vLLM, which is restarted"
+HEALER_RESTART = "the healer drains and restarts vLLM"
 
 
 class Sink(Protocol):
@@ -70,6 +74,13 @@ class SimulationResult:
             return served
 
         return at(until) - at(since)
+
+    def first_event(self, texts: tuple[str, ...], after: float) -> float | None:
+        """When the first of these events happened at or after `after`."""
+        return min((t for t, text in self.events if text in texts and t >= after), default=None)
+
+    def out_of_memory_after(self, after: float) -> float | None:
+        return self.first_event((GPU_OUT_OF_MEMORY, HOST_OUT_OF_MEMORY), after)
 
 
 _series_cache: dict = {}
@@ -277,6 +288,9 @@ class Simulator:
             boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
             if t - dt < boundary <= t and t - self.process_start > 3600:
                 self._start_process(t, "planned daily restart")
+        for at_s in sc.healer_restarts_s:
+            if t - dt < self.start + at_s <= t:
+                self._start_process(t, HEALER_RESTART)
         ready = t >= self.ready_at
         starting_share = 1.0 if ready else max(0.0, (t - self.process_start) / sc.restart_downtime_s)
 
@@ -310,7 +324,7 @@ class Simulator:
             gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
             leak_started |= leaked
             if ready and any(u >= sc.gpu.total_mib for u in gpu_used):
-                self.result.events.append((t, "GPU out of memory: vLLM crashes and is restarted"))
+                self.result.events.append((t, GPU_OUT_OF_MEMORY))
                 self._start_process(t, "vLLM restarts after the crash")
                 return self.step(t)
         if ready:
@@ -342,7 +356,7 @@ class Simulator:
             host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes
         )
         if ready and oom:
-            self.result.events.append((t, "host out of memory: the OOM killer ends vLLM, which is restarted"))
+            self.result.events.append((t, HOST_OUT_OF_MEMORY))
             self._start_process(t, "vLLM restarts after the OOM kill")
             return self.step(t)
 

@@ -145,7 +145,12 @@ def test_only_critical_leak_forecasts_are_remediated():
     remediated = {
         (r["alert"], r["labels"]["severity"]) for r in _all_alert_rules() if r["labels"].get("remediate") == "true"
     }
-    assert remediated == {("GPUMemoryLeakSuspected", "critical"), ("HostMemoryLeak", "critical")}
+    assert remediated == {
+        ("GPUMemoryLeakSuspected", "critical"),
+        ("HostMemoryLeak", "critical"),
+        ("GPUMemoryRunningOut", "critical"),
+        ("HostMemoryRunningOut", "critical"),
+    }
 
 
 GAUGES = (
@@ -250,3 +255,29 @@ def test_drill_and_multi_host_renderings_pass_promtool(tmp_path, time_scale, hos
     assert result.returncode == 0, result.stdout + result.stderr
     if host_labels:
         assert "on (cluster, node) group_left ()" in paths[1].read_text()
+
+
+def test_a_drill_scale_leaves_out_what_cannot_work_and_says_so(tmp_path):
+    """At x60 with 2-s scrapes the fast-leak rules' 2-minute slices are one scrape: they (and the
+    recording rules only they read) leave the drill's copy, named in its header; the drill's own
+    alert may never be left out; at x10 nothing is."""
+    from leakwatch.drill.config import write_rules
+
+    omitted: list[str] = []
+    docs = render_rules(time_scale=1 / 60, min_window_s=8, omitted=omitted)
+    assert sorted(omitted) == ["GPUMemoryRunningOut", "HostMemoryRunningOut"]
+    alerts = {r["alert"] for g in docs["leakwatch-alerts.yml"]["groups"] for r in g["rules"]}
+    assert "HostMemoryLeak" in alerts and not alerts & set(omitted)
+    records = {r["record"] for g in docs["leakwatch-recording.yml"]["groups"] for r in g["rules"]}
+    # Their slopes left with them (the plain sum of vLLM's memory, which has no window, stays).
+    assert not any(
+        name.startswith(("leakwatch:vllm_host_memory_bytes:", "leakwatch:vllm_gpu_memory_bytes:")) for name in records
+    )
+    assert "leakwatch:vllm_host_memory_bytes" in records
+    written = write_rules(tmp_path / "x60", 60, 2)
+    assert "Left out, their windows are under four scrapes at this scale: " in written[0].read_text()
+    with pytest.raises(LeakwatchError, match="HostMemoryRunningOut: its windows are under four scrapes"):
+        write_rules(tmp_path / "fast-at-x60", 60, 2, alert="HostMemoryRunningOut")
+    omitted = []
+    render_rules(time_scale=1 / 10, min_window_s=8, omitted=omitted)
+    assert omitted == []

@@ -17,11 +17,12 @@ def test_quick_bench_meets_the_detection_targets(capsys):
     last = out.strip().splitlines()[-1]
     match = re.fullmatch(
         r"detection: article_a_vllm_min=(\d+|none) slow_leak_min=(\d+|none) worker_rss_min=(\d+|none) "
-        r"healthy_false_alerts=(\d+) healthy_warning_episodes=(\d+) leak_requests_p90=(\d+|none)",
+        r"healthy_false_alerts=(\d+) healthy_warning_episodes=(\d+) leak_requests_p90=(\d+|none) "
+        r"fast_leak_lead_min=(-?\d+|none) fast_leak_healthy_pages=(\d+)",
         last,
     )
     assert match, last
-    article_a, slow, worker, false_alerts, warnings, leak_requests = match.groups()
+    article_a, slow, worker, false_alerts, warnings, leak_requests, fast_lead, fast_pages = match.groups()
     assert article_a != "none" and int(article_a) <= 60, out
     assert slow != "none" and int(slow) <= 6 * 60, out
     assert worker != "none" and int(worker) <= 3 * 60, out
@@ -36,3 +37,20 @@ def test_quick_bench_meets_the_detection_targets(capsys):
     # The articles' own leak rule never catches article A's leak (~4 MB/min against 50 MB/min).
     article_a_block = out.split("article_a_vllm (", 1)[1].split("\n", 3)[2]
     assert "ArticleB_GPUMemoryLeakSuspected" not in article_a_block, article_a_block
+    # Fast leaks (30 min to 3 h to the OOM, from a start or right after the healer's restart): each
+    # paged before its memory runs out, the worst (the 30-minute leak, whose first 13 minutes are
+    # the rule's window, warm-up and `for`) at least 15 minutes before; the healthy histories get
+    # no fast-leak episode at all.
+    assert fast_lead != "none" and int(fast_lead) >= 15, out
+    assert int(fast_pages) == 0, out
+    leads = dict(re.findall(r"\n(fast_\w+) \(.*(?:\n  .*)*?\n  first page before the memory runs out: (\d+) min", out))
+    assert set(leads) == {
+        "fast_host_leak",
+        "fast_host_leak_30min",
+        "fast_host_leak_3h",
+        "fast_host_leak_after_heal",
+        "fast_gpu_leak",
+        "fast_gpu_leak_after_heal",
+    }, out
+    # After the healer's restart the leak is paged again within minutes, not HostMemoryLeak's hours.
+    assert int(leads["fast_host_leak_after_heal"]) >= 45 and int(leads["fast_gpu_leak_after_heal"]) >= 45, leads
