@@ -4,6 +4,7 @@ request, and how long until it runs out. 24 h by default, the articles' memory t
 from __future__ import annotations
 
 from ..catalogue import host_leak_measure
+from ..rules.config import load as load_thresholds
 from . import levels
 from .board import Annotation, Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
@@ -34,6 +35,16 @@ HOST_MEMORY = host_leak_measure()
 HOST_HEADROOM = f"sum(node_memory_MemAvailable_bytes{{{NODE}}}) + sum(node_memory_SwapFree_bytes{{{NODE}}})"
 # Limit of the vLLM container's cgroup, or the host's RAM when the cgroup has none.
 MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_MemTotal_bytes{{{NODE}}})"
+# The forecasts take the faster of the last hour's and the fast-leak rules' window's growth, so the
+# panel agrees with HostMemoryRunningOut / GPUMemoryRunningOut when a fast leak pages.
+FAST_WINDOW = load_thresholds().section("host").dur("runout_window")
+
+
+def faster_growth(slope: str) -> str:
+    """The larger of a slope over 1h and over the fast window; `slope` has <window> to fill."""
+    hour, fast = slope.replace("<window>", "1h"), slope.replace("<window>", FAST_WINDOW)
+    return f"(({hour}) >= ({fast}) or ({fast}))"
+
 
 at_a_glance = Row(
     "Is memory leaking?",
@@ -84,14 +95,16 @@ at_a_glance = Row(
             base_colour=BAD,
             queries=(
                 Query(
-                    f"clamp_max(({HOST_HEADROOM}) / clamp_min(deriv(sum({HOST_MEMORY})[1h:1m]), 1e-06), {FORECAST_CAP_S})",
+                    f"clamp_max(({HOST_HEADROOM}) / clamp_min({faster_growth(f'deriv(sum({HOST_MEMORY})[<window>:1m])')}, "
+                    f"1e-06), {FORECAST_CAP_S})",
                     "forecast",
                 ),
             ),
             thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
             description="Available RAM + free swap divided by how fast vLLM's processes (anonymous memory + swap, all roles) "
-            "grew over the last hour. Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
+            f"grew over the last hour or the last {FAST_WINDOW} (the fast-leak alert's window), whichever is faster. "
+            "Healthy: 'not growing' (capped at 30 days). Red below 6 h.",
         ),
         Panel(
             title="Time until the fullest GPU runs out of memory",
@@ -103,15 +116,15 @@ at_a_glance = Row(
             gpu=True,
             queries=(
                 Query(
-                    f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min(deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[1h]), 1e-06), "
-                    f"{FORECAST_CAP_S}))",
+                    f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min("
+                    f"{faster_growth(f'deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[<window>])')}, 1e-06), {FORECAST_CAP_S}))",
                     "forecast",
                 ),
             ),
             thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
-            description="Free framebuffer divided by its growth over the last hour, for the card closest to "
-            "full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
+            description="Free framebuffer divided by its growth over the last hour or the last "
+            f"{FAST_WINDOW}, whichever is faster, for the card closest to full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
             "24 GB card has ~2 GB of headroom: hours, not days. GPU hosts only.",
         ),
         Panel(
