@@ -122,6 +122,11 @@ def _broken(name: str, change) -> str:
         (lambda d: d["vllm"].update(gpu_memory_utilization=1.5), "vllm.gpu_memory_utilization must be in (0, 1]"),
         (lambda d: d["vllm"].update(quantization="awq"), "vllm.quantization must be one of fp8"),
         (lambda d: d["vllm"].update(min_version="latest"), "vllm.min_version must look like 0.14.0"),
+        (
+            lambda d: d["monitoring"].update(warmup_after_ready="two minutes"),
+            "monitoring.warmup_after_ready must be a positive duration",
+        ),
+        (lambda d: d["monitoring"].update(warmup_after="2m"), "unknown key monitoring.warmup_after"),
         (lambda d: d.pop("architecture"), "missing required key 'architecture'"),
         (lambda d: d["architecture"].pop("num_kv_heads"), "missing required key architecture.num_kv_heads"),
         (lambda d: d["hardware"].pop("gpu_memory_gib"), "hardware.gpu_memory_gib is required for a GPU (cuda) profile"),
@@ -191,3 +196,13 @@ def test_native_runner_refuses_gpu_profiles(name):
     assert f"profile {name!r} needs {prof.gpu_count}x {prof.hardware['gpu']} GPUs" in result.stderr
     assert f"make up MODEL={name} STACK=compose" in result.stderr
     assert not os.path.exists(state / "supervisord.pid"), "nothing may start"
+
+
+def test_a_profile_without_monitoring_gets_the_default_warmup_after_ready():
+    """The fast-leak rules read the longest warmup_after_ready of the profiles; one that sets none
+    (a user's own profile) gets the documented default."""
+    data = copy.deepcopy(raw("demo"))
+    data.pop("monitoring")
+    profile = profiles.validate(data, profiles.PROFILES_DIR / "demo.yaml")
+    assert profile.warmup_after_ready_s == 120.0
+    assert profiles.load("iquest-coder-40b-4xa100").warmup_after_ready_s == 180.0

@@ -8,19 +8,20 @@ import itertools
 import time
 
 from leakwatch.scenarios import library
-from leakwatch.scenarios.simulate import simulate
+from leakwatch.scenarios.simulate import HEALER_RESTART, simulate
 
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
 
 
 class Collect:
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, contains: str = ""):
         self.prefix = prefix
+        self.contains = contains
         self.values: list[tuple[float, float]] = []
 
     def tick(self, ts, samples):
         for series, value in samples:
-            if series.startswith(self.prefix):
+            if series.startswith(self.prefix) and self.contains in series:
                 self.values.append((ts, value))
 
 
@@ -71,3 +72,34 @@ def test_leaks_start_at_the_hour_asked_and_count_their_requests():
     result, _ = _gpu(scenario.name, None, scenario=scenario)
     assert time.gmtime(result.leak_start).tm_hour == 0
     assert result.requests_between(result.leak_start, result.end) > library.LEAK_REQUEST_TARGET
+
+
+def test_a_fast_leak_survives_the_healers_restart_and_runs_the_host_out_of_memory():
+    """fast_host_leak_after_heal: the healer's restart at 1 h frees the API server's leaked memory,
+    the leak (in vLLM's code) comes back with the traffic, and the host runs out ~110 minutes later;
+    the bench measures the fast-leak lead from that restart to that OOM kill."""
+    scenario = library.get("fast_host_leak_after_heal")
+    sink = Collect("node_memory_MemAvailable_bytes{")
+    result = simulate(scenario, sink)
+    (heal,) = [t for t, text in result.events if text == HEALER_RESTART]
+    assert heal == result.start + 3600
+    oom = result.out_of_memory_after(heal)
+    assert oom is not None and 90 * 60 < oom - heal < 130 * 60, (oom - heal) / 60
+    assert result.out_of_memory_after(result.start) == oom  # nothing ran out before the heal
+    available = dict(sink.values)
+    # The restart gave the leaked memory back: more available right after it than just before.
+    assert available[heal + 300] - available[heal - 60] > 4 * 2**30
+
+
+def test_the_healthy_fast_host_fills_its_cache_after_each_start_and_stops():
+    """healthy_fast_host's worker grows ~700 MiB within minutes of each start, then stays: what a
+    fast-leak rule must sit through."""
+    scenario = library.get("healthy_fast_host", days=1.2)
+    sink = Collect("leakwatch_process_anonymous_memory_bytes{", 'role="worker"')
+    result = simulate(scenario, sink)
+    assert result.out_of_memory_after(result.start) is None and result.leak_start is None
+    ready = result.start + scenario.restart_downtime_s
+    at = dict(sink.values)
+    grown = at[ready + 1800] - at[ready + 60]
+    assert 500 * 2**20 < grown < 800 * 2**20, grown / 2**20
+    assert abs(at[ready + 4 * 3600] - at[ready + 1800]) < 120 * 2**20
