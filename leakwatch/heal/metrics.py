@@ -25,6 +25,8 @@ OUTCOMES = (
     "unavailable",
 )
 RESULTS = ("success", "failed")
+# What reconciling after a failed restart found: vLLM still running, stopped and started, or neither.
+RECONCILED = ("running", "started", "failed")
 
 
 class HealerMetrics:
@@ -48,6 +50,7 @@ class HealerMetrics:
         self.alerts = make(Counter, "leakwatch_healer_alerts_total")
         self.restarts = make(Counter, "leakwatch_healer_restarts_total")
         self.exporter_starts = make(Counter, "leakwatch_healer_exporter_starts_total")
+        self.reconciles = make(Counter, "leakwatch_healer_reconciles_total")
         self.last_restart = make(Gauge, "leakwatch_healer_last_restart_timestamp_seconds")
         self.restart_duration = make(Gauge, "leakwatch_healer_last_restart_duration_seconds")
         self.drain_duration = make(Gauge, "leakwatch_healer_last_drain_duration_seconds")
@@ -63,3 +66,5 @@ class HealerMetrics:
             self.alerts.labels(decision)
         for result in RESULTS:
             self.restarts.labels(result)
+        for found in RECONCILED:
+            self.reconciles.labels(found)

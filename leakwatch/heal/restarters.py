@@ -55,6 +55,8 @@ class SupervisorRestarter:
         self.start_timeout_s = start_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.poll_s = poll_s
+        # A restart and the reconciling after a failed one never act on the program at once.
+        self._acting = threading.Lock()
 
     def describe(self) -> str:
         return f"supervisord program {self.program!r} ({self.socket_path})"
@@ -82,6 +84,10 @@ class SupervisorRestarter:
             time.sleep(self.poll_s)
 
     def restart(self) -> RestartTiming:
+        with self._acting:
+            return self._restart()
+
+    def _restart(self) -> RestartTiming:
         rpc = self._rpc()
         began = time.monotonic()
         try:
@@ -98,6 +104,38 @@ class SupervisorRestarter:
         except (OSError, xmlrpc.client.Error) as exc:
             raise RestartError(f"{self.describe()}: {exc!r}") from None
         return RestartTiming(stopped - began, time.monotonic() - stopped)
+
+    def reconcile(self) -> str:
+        """After a failed restart, makes sure the program runs: supervisord may carry out a stop the
+        healer gave up on (a host swapping under the very leak being healed answers late), which
+        would leave vLLM stopped with no one to start it. Waits (bounded by the stop and start
+        timeouts) for supervisord to answer, lets a stop in progress finish, and starts a stopped
+        program. Returns "running" (nothing to do) or "started"; RestartError when it cannot."""
+        with self._acting:
+            return self._reconcile(time.monotonic() + self.stop_timeout_s + self.start_timeout_s)
+
+    def _reconcile(self, deadline: float) -> str:
+        while True:
+            try:
+                rpc = self._rpc()
+                state = rpc.getProcessInfo(self.program)["statename"]
+                if state == "STOPPING":
+                    state = self._wait_state(rpc, lambda s: s != "STOPPING", deadline, "finish stopping")
+                if state not in self.STOPPED:
+                    return "running"
+                rpc.startProcess(self.program, False)
+                state = self._wait_state(rpc, lambda s: s in ("RUNNING", "FATAL"), deadline, "start")
+                if state != "RUNNING":
+                    raise RestartError(f"{self.describe()}: {state} after the reconciling start (see its log)")
+                return "started"
+            except xmlrpc.client.Fault as exc:  # supervisord answered: it will not
+                raise RestartError(f"{self.describe()}: {exc.faultString}") from None
+            except (OSError, xmlrpc.client.Error) as exc:  # no answer (yet): a hung or swapping host
+                if time.monotonic() >= deadline:
+                    raise RestartError(
+                        f"{self.describe()}: no answer to reconcile after the failed restart: {exc!r}"
+                    ) from None
+                time.sleep(self.poll_s)
 
 
 class DockerRestarter:

@@ -93,6 +93,21 @@ class Healer:
         self.worker.start()
         return 202, "accepted", {**body, "action": f"drain and restart {self.restarter.describe()}"}
 
+    def _reconcile(self) -> None:
+        """A restart is a transaction that ends with vLLM running or a log and a metric that say it is
+        not: after a failed one, a restarter that can reconcile (supervisord) starts what is stopped."""
+        reconcile = getattr(self.restarter, "reconcile", None)
+        if reconcile is None:
+            return
+        try:
+            found = reconcile()
+        except Exception as exc:  # noqa: BLE001 - logged and counted like the restart itself
+            log.error("reconciling after the failed restart failed: %s", exc)
+            self.metrics.reconciles.labels("failed").inc()
+            return
+        log.warning("reconciled after the failed restart: %s was %s", self.restarter.describe(), found)
+        self.metrics.reconciles.labels(found).inc()
+
     def _remediate(self, trigger: Alert) -> None:
         began_wall, began = time.time(), time.monotonic()
         self.metrics.in_progress.set(1)
@@ -135,3 +150,7 @@ class Healer:
             self.metrics.in_progress.set(0)
             self.policy.finish()
             log.info("remediation %s after %.1fs", result, duration)
+        if result == "failed":
+            # After the failure is on record (a hung supervisord must not hold the healer), so the
+            # next episode can be decided; its restart waits for this one's reconciling.
+            self._reconcile()

@@ -272,7 +272,10 @@ def test_a_failed_restart_is_counted_and_logged(target, caplog):
             assert post(url, notification(alert(starts_at=time.time()))).status_code == 202
             wait_for(lambda: metric(url, "leakwatch_healer_restarts_total", result="failed") == 1)
             assert metric(url, "leakwatch_healer_remediation_in_progress") == 0
+            # supervisord answered (it knows no such program): reconciling gives up at once, says so.
+            wait_for(lambda: metric(url, "leakwatch_healer_reconciles_total", found="failed") == 1, timeout=30)
         assert "restart failed" in caplog.text
+        assert "reconciling after the failed restart failed" in caplog.text
     finally:
         target.rpc().startProcess("vllm", True)
 

@@ -52,7 +52,9 @@ class Target:
 
 
 @contextlib.contextmanager
-def supervised_standin():
+def supervised_standin(stop_wait_s: int = 5, ignore_sigterm: bool = False):
+    """The stand-in target under a real supervisord. ignore_sigterm: it stops only when supervisord
+    SIGKILLs it after stop_wait_s (a vLLM whose drain outlasts the healer's patience)."""
     layout = StateLayout(short_state_dir("lw-heal-"))
     layout.make_dirs()
     port = free_port()
@@ -60,7 +62,8 @@ def supervised_standin():
         "vllm",
         "vllm",
         [sys.executable, str(STANDIN), str(port), str(layout.root / "starts.log")],
-        stop_wait_s=5,
+        environment={"LEAKWATCH_STANDIN_IGNORE_SIGTERM": "1"} if ignore_sigterm else {},
+        stop_wait_s=stop_wait_s,
     )
     layout.supervisord_conf.write_text(supervisor.render_conf(layout, [program], {}))
     subprocess.run([str(Path(sys.executable).with_name("supervisord")), "-c", str(layout.supervisord_conf)], check=True)
@@ -83,13 +86,13 @@ def supervised_standin():
 
 
 @contextlib.contextmanager
-def running_healer(target: Target, state_file: Path | None = None, **overrides):
+def running_healer(target: Target, state_file: Path | None = None, stop_timeout_s: float = 60.0, **overrides):
     cfg = dataclasses.replace(heal_config.load(), **{"idle_wait_s": 1.0, "ready_timeout_s": 60.0, **overrides})
     healer = Healer(
         cfg,
         TOKEN,
         Policy(cfg, state_file),
-        SupervisorRestarter(target.layout.supervisor_socket),
+        SupervisorRestarter(target.layout.supervisor_socket, stop_timeout_s=stop_timeout_s),
         VllmProbe(target.url),
         HealerMetrics(),
     )

@@ -2,6 +2,8 @@
 gauges like vLLM does, and starts in a blink (argv: port [file to append its PID to on each start]).
 The end-to-end drill restarts the real vLLM."""
 
+import os
+import signal
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -22,10 +24,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+if os.environ.get("LEAKWATCH_STANDIN_IGNORE_SIGTERM") == "1":
+    # A drain that outlasts the healer's patience: only supervisord's SIGKILL ends it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if len(sys.argv) > 2:
     # Every start appends this process's PID: tests count restarts from the target, not the healer's word.
-    import os
-
     with open(sys.argv[2], "a") as fh:
         fh.write(f"{os.getpid()}\n")
 HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
