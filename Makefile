@@ -63,8 +63,8 @@ test-soak: setup-dev  ## the soak tier: live leak verdicts, the full drill, stor
 	@$(PY) -m pytest tests/soak $(TEST_DURATIONS)
 
 .PHONY: drill
-drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes)
-	@$(LEAKWATCH) drill
+drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes); FAST_LEAK=1: a leak that would exhaust memory within the hour
+	@$(LEAKWATCH) drill $(if $(FAST_LEAK),--fast-leak)
 
 .PHONY: generate lint fmt
 generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.yml, rules, dashboards)

@@ -69,8 +69,21 @@ class MemoryCgroup:
     def usage(self) -> int:
         return int(self._file("memory.usage_in_bytes", "memory.current").read_text())
 
+    def limit(self) -> int:
+        return int(self._file("memory.limit_in_bytes", "memory.max").read_text())
+
     def set_limit(self, limit: int) -> None:
         self._file("memory.limit_in_bytes", "memory.max").write_text(str(int(limit)))
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer ended in this cgroup (v2 memory.events, v1
+        memory.oom_control; 0 on a v1 kernel too old to count them)."""
+        text = self._file("memory.oom_control", "memory.events").read_text()
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
 
     def remove(self) -> None:
         """Moves anything left back to the parent and deletes the cgroup."""

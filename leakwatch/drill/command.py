@@ -26,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="drill settings (default config/drill.yaml)",
     )
+    parser.add_argument(
+        "--fast-leak",
+        action="store_true",
+        help="the fast-leak variant (config/drill.yaml fast_leak): a leak from the first request that "
+        "would exhaust vLLM's memory within the hour; HostMemoryRunningOut and the healer must act before "
+        "the OOM killer",
+    )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
     parser.add_argument(
@@ -47,17 +54,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
-    drill = Drill(drill_config.load(args.config), keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
+    cfg = drill_config.load(args.config)
+    drill: Drill
+    if args.fast_leak:
+        from .fast_leak import FastLeakDrill
+
+        drill = FastLeakDrill(cfg.as_fast_leak(), keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
+    else:
+        drill = Drill(cfg, keep_state=args.keep_state, cpu_hogs=args.cpu_hogs)
     result = drill.run()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result.__dict__, fh, indent=1, default=str)
     est = result.estimate_bytes_per_request
-    print(f"control phase: {result.control.get('verdict', 'n/a')}")
-    print(
-        f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
-        f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected"
-    )
+    if args.fast_leak:
+        print(f"OOM kills in vLLM's cgroup: {result.oom_kills}")
+    else:
+        print(f"control phase: {result.control.get('verdict', 'n/a')}")
+        print(
+            f"leak phase: {result.leak.get('verdict', 'n/a')}, estimate "
+            f"{'n/a' if est is None else f'{est:.0f}'} B/request for {result.injected_bytes_per_request} injected"
+        )
     print(f"restarts by the healer: {result.restarts} (alerts it received: {result.notifications})")
     attribution = result.attribution
     if attribution.get("labels"):

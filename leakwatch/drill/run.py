@@ -78,6 +78,12 @@ class DrillResult:
     cpu_hogs: int = 0  # the loaded variant's busy processes
     load_average: list[float] = field(default_factory=list)  # 1-min load at leak start, alert, recovery
     failures: list[str] = field(default_factory=list)
+    # The fast-leak variant (leakwatch.drill.fast_leak): what was left of the cgroup's headroom when
+    # the healer began, how long it would have lasted at the leak's pace (production minutes), and
+    # how many processes the kernel's OOM killer ended in vLLM's cgroup.
+    headroom_left_bytes: float | None = None
+    lead_min: float | None = None
+    oom_kills: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -94,6 +100,8 @@ class DrillResult:
         if self.phases_summary:
             line += f" {self.phases_summary}"
         load = max(self.load_average) if self.load_average else None
+        if self.oom_kills is not None:
+            line += f" lead_min={f(self.lead_min)} oom_kills={self.oom_kills}"
         return line + f" cpu_hogs={self.cpu_hogs} load_max={f(load)}"
 
 
@@ -147,6 +155,8 @@ class Drill:
         self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
         self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request, cpu_hogs=cpu_hogs)
         self.episode: list[dict] = []  # the remediation alerts as Alertmanager holds them
+        self.stack: DrillStack | None = None
+        self._env_before: dict[str, str | None] = {}
 
     def say(self, text: str) -> None:
         print(f"[drill {time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
@@ -284,9 +294,9 @@ class Drill:
         )
         return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
 
-    def vllm_pids(self, stack: NativeStack) -> list[int]:
-        pids = []
-        for proc in stack.processes():
+    def vllm_pids(self, stack: NativeStack | None) -> list[int]:
+        pids: list[int] = []
+        for proc in stack.processes() if stack else []:
             try:
                 if proc.name().startswith("VLLM::") or "vllm.entrypoints" in " ".join(proc.cmdline()):
                     pids.append(proc.pid)
@@ -296,42 +306,77 @@ class Drill:
 
     # -- the drill ---------------------------------------------------------------------------------
 
-    def run(self) -> DrillResult:
-        cfg, res = self.cfg, self.result
+    # The alert this drill waits for (its rules are rendered so that it can work at the compression).
+    alert = LEAK_ALERT
+
+    def _start_stack(self) -> float:
+        """Starts the drill's private stack with the leak injector and the time-compressed rules,
+        warms vLLM up and waits for the exporter's baseline; returns when the stack was up."""
+        cfg = self.cfg
         layout = StateLayout(self.state)
         layout.make_dirs()
         rules_dir = self.state / "conf" / "rules"
-        write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s)
+        write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s, self.alert)
         # The production routing (the runner points its webhook at this stack's healer), time-scaled.
         am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
-        env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
+        self._env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
         os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
         stack = self.stack = DrillStack(layout, self.settings)
         stack.compression = cfg.time_compression
+        self.say(
+            f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
+            f"scrape every {cfg.scrape_interval_s:g}s)"
+        )
+        stack.up(
+            "demo",
+            vllm_extra_args=["--middleware", MIDDLEWARE],
+            rules_dir=rules_dir,
+            alertmanager_config=am,
+            out=io.StringIO(),
+            vllm_extra_env={
+                leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
+                leak_middleware.PREFIX_ENV: "/v1/completions",
+                leak_middleware.DEVICE_ENV: "auto",
+            },
+        )
+        stack_up = time.time()
+        self.warm_up()
+        self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
+        return stack_up
+
+    def _stop_stack(self, cgroup: MemoryCgroup | None, hog: CpuHog) -> None:
+        try:
+            if self.stack is not None:
+                self.stack.down(out=io.StringIO())
+        finally:
+            hog.stop()
+            if cgroup is not None:
+                cgroup.remove()
+            for key, value in self._env_before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            if not self.keep_state:
+                shutil.rmtree(self.state, ignore_errors=True)
+
+    def _limit_vllm(self) -> tuple[MemoryCgroup, list[int]]:
+        """vLLM's processes in a memory cgroup with `cgroup_headroom_bytes` above what they hold."""
+        cgroup = MemoryCgroup.create(f"leakwatch-drill-{os.getpid()}")
+        pids = self.vllm_pids(self.stack)
+        cgroup.adopt(pids)
+        # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
+        cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + self.cfg.cgroup_headroom_bytes)
+        return cgroup, pids
+
+    def run(self) -> DrillResult:
+        cfg, res = self.cfg, self.result
         cgroup = None
         # The loaded variant: busy processes beside the stack for the whole drill (bounded: they
         # exit by themselves after the drill's longest possible run).
         hog = CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
         try:
-            self.say(
-                f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
-                f"scrape every {cfg.scrape_interval_s:g}s)"
-            )
-            stack.up(
-                "demo",
-                vllm_extra_args=["--middleware", MIDDLEWARE],
-                rules_dir=rules_dir,
-                alertmanager_config=am,
-                out=io.StringIO(),
-                vllm_extra_env={
-                    leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
-                    leak_middleware.PREFIX_ENV: "/v1/completions",
-                    leak_middleware.DEVICE_ENV: "auto",
-                },
-            )
-            stack_up = time.time()
-            self.warm_up()
-            self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
+            stack_up = self._start_stack()
 
             # Control: the same production profile, on the path the injector leaves alone.
             self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
@@ -342,11 +387,7 @@ class Drill:
             res.baseline_bytes = self.api_memory()
 
             # Leak: vLLM gets a container-like limit, then every request keeps bytes_per_request.
-            cgroup = MemoryCgroup.create(f"leakwatch-drill-{os.getpid()}")
-            pids = self.vllm_pids(stack)
-            cgroup.adopt(pids)
-            # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
-            cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + cfg.cgroup_headroom_bytes)
+            cgroup, pids = self._limit_vllm()
             self.say(
                 f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
                 f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
@@ -413,19 +454,7 @@ class Drill:
             leak = self.check(leak_start, leak_end)
             self._evaluate(control, leak)
         finally:
-            try:
-                stack.down(out=io.StringIO())
-            finally:
-                hog.stop()
-                if cgroup is not None:
-                    cgroup.remove()
-                for key, value in env_before.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-                if not self.keep_state:
-                    shutil.rmtree(self.state, ignore_errors=True)
+            self._stop_stack(cgroup, hog)
         return res
 
     def first_firing(self, expr: str, start: float, end: float) -> float | None:

@@ -105,3 +105,47 @@ def test_memory_cgroup_limits_a_real_process():
         proc.wait(timeout=30)
         group.remove()
     assert not group.path.exists()
+
+
+def test_memory_cgroup_counts_the_oom_killers_work():
+    """What the fast-leak drill watches: a process that outgrows its cgroup's limit is ended by the
+    kernel's OOM killer, and oom_kills() counts it (swap off for the cgroup, so it cannot hide there)."""
+    group = MemoryCgroup.create(f"leakwatch-test-oom-{os.getpid()}")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline(); x = bytearray(512 * 2**20); print(len(x))"],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        group.adopt([proc.pid])
+        group.set_limit(128 * 2**20)
+        assert group.limit() == 128 * 2**20
+        swap = group.path / ("memory.swap.max" if group.version == 2 else "memory.memsw.limit_in_bytes")
+        if swap.exists():
+            swap.write_text("0" if group.version == 2 else str(128 * 2**20))
+        assert group.oom_kills() == 0
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == -9
+        assert group.oom_kills() == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        group.remove()
+
+
+def test_the_fast_leak_variant_exhausts_its_headroom_within_the_hour():
+    """config/drill.yaml's fast_leak: its leak would use up the headroom in 20-60 production minutes
+    (a fast leak, yet later than the rule's window, warm-up and `for`), and its compression leaves
+    the fast rules at least four scrapes per slice."""
+    from leakwatch.rules.alerts import warmup_after_ready_s
+    from leakwatch.rules.config import load as load_thresholds
+
+    fast = drill_config.load().as_fast_leak()
+    assert fast.control_span_s == 0
+    minutes = fast.cgroup_headroom_bytes / (fast.bytes_per_request * fast.requests_per_day / 1440)
+    host = load_thresholds().section("host")
+    earliest = (host.seconds("runout_window") + warmup_after_ready_s() + host.seconds("runout_for")) / 60
+    assert earliest + 15 < minutes < 60, (earliest, minutes)
+    slice_s = host.seconds("runout_window") / host.slices("runout_slices") / fast.time_compression
+    assert slice_s >= 4 * fast.scrape_interval_s
