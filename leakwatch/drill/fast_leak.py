@@ -53,49 +53,28 @@ class FastLeakDrill(Drill):
             leak_start = time.time()
             res.load_average.append(load_average())
             proc = self.locust("completions", cfg.leak_span_s, "locust-fast-leak")
-            alert_at = remediation_at = restart_at = None
             deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
-            firing_expr = f'ALERTS{{alertname="{self.alert}", alertstate="firing"}}'
-            while time.time() < deadline and restart_at is None:
+
+            def oom_killed() -> str | None:
                 if cgroup.oom_kills():
-                    res.failures.append("the kernel's OOM killer ended a vLLM process before the healer's restart")
-                    break
-                firing = self.prom.query(firing_expr)
-                if firing and alert_at is None:
-                    alert_at = time.time()
-                    self.say(f"{self.alert} firing after {alert_at - leak_start:.0f}s")
-                remediable = any(
-                    a["metric"].get(self.remediation.label_name) == self.remediation.label_value for a in firing
+                    return "the kernel's OOM killer ended a vLLM process before the healer's restart"
+                return None
+
+            def headroom_left(restart_at: float) -> None:
+                used = pss_total(pids)
+                res.headroom_left_bytes = limit - used
+                pace = (used - used_at_start) / max(restart_at - leak_start, 1e-9)  # bytes per wall second
+                if pace > 0:
+                    res.lead_min = res.headroom_left_bytes / pace * cfg.time_compression / 60
+                self.say(
+                    f"{res.headroom_left_bytes / 2**20:.0f} MiB of headroom left at the restart "
+                    f"({res.lead_min or 0:.0f} production minutes at the leak's pace)"
                 )
-                if remediable and remediation_at is None:
-                    remediation_at = time.time()
-                    self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
-                if alert_at is not None and not self.episode:
-                    self.episode = self.alertmanager_remediation_alerts()
-                if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
-                    restart_at = time.time()
-                    used = pss_total(pids)
-                    res.headroom_left_bytes = limit - used
-                    pace = (used - used_at_start) / max(restart_at - leak_start, 1e-9)  # bytes per wall second
-                    if pace > 0:
-                        res.lead_min = res.headroom_left_bytes / pace * cfg.time_compression / 60
-                    self.say(
-                        f"healer began draining and restarting vLLM with {res.headroom_left_bytes / 2**20:.0f} MiB "
-                        f"of headroom left ({res.lead_min or 0:.0f} production minutes at the leak's pace)"
-                    )
-                time.sleep(1)
+
+            alert_at, remediation_at, restart_at = self._watch(leak_start, deadline, oom_killed, headroom_left)
             proc.terminate()
             proc.wait(timeout=60)
             res.alert_s = None if alert_at is None else alert_at - leak_start
-            if restart_at is not None and not self.episode:
-                self.episode = self.alertmanager_remediation_alerts()
-            if remediation_at is None and restart_at is not None:
-                remediation_at = self.first_firing(
-                    f'ALERTS{{alertname="{self.alert}", alertstate="firing", {self.remediation.remediation_matcher}}}',
-                    leak_start,
-                    restart_at + 5,
-                )
-            res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
             if remediation_at is not None and remediation_at - baseline_at < self.earliest_s():
                 res.failures.append(
                     f"{self.alert} fired {remediation_at - baseline_at:.0f}s after the exporter's baseline, sooner "

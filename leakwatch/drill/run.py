@@ -369,6 +369,54 @@ class Drill:
         cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + self.cfg.cgroup_headroom_bytes)
         return cgroup, pids
 
+    def _watch(self, leak_start: float, deadline: float, interrupt=None, on_restart=None):
+        """Polls until the healer begins its restart, the deadline passes or `interrupt()` returns a
+        failure (recorded): when the drill's alert fired, when its remediated twin did, when the
+        healer began ((alert_at, remediation_at, restart_at), None for what did not happen). Keeps the
+        remediation notification as Alertmanager holds it, for the repeat watch; `on_restart()` runs
+        the moment the restart is seen (vLLM still holds its memory then)."""
+        alert_at = remediation_at = restart_at = None
+        firing_expr = f'ALERTS{{alertname="{self.alert}", alertstate="firing"}}'
+        while time.time() < deadline and restart_at is None:
+            failure = interrupt() if interrupt is not None else None
+            if failure:
+                self.result.failures.append(failure)
+                break
+            firing = self.prom.query(firing_expr)
+            if firing and alert_at is None:
+                alert_at = time.time()
+                self.say(f"{self.alert} firing after {alert_at - leak_start:.0f}s")
+            remediable = any(
+                a["metric"].get(self.remediation.label_name) == self.remediation.label_value for a in firing
+            )
+            if remediable and remediation_at is None:
+                remediation_at = time.time()
+                self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
+            if alert_at is not None and not self.episode:
+                self.episode = self.alertmanager_remediation_alerts()
+            if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
+                restart_at = time.time()
+                self.say("healer began draining and restarting vLLM")
+                if on_restart is not None:
+                    on_restart(restart_at)
+            time.sleep(1)
+        if restart_at is not None and not self.episode:
+            # Alertmanager holds the alert until vLLM's memory is down again, well after the restart.
+            self.episode = self.alertmanager_remediation_alerts()
+        if remediation_at is None and restart_at is not None:
+            # The healer can act between two polls; Prometheus's history says when the twin fired.
+            remediation_at = self.first_firing(
+                f'ALERTS{{alertname="{self.alert}", alertstate="firing", {self.remediation.remediation_matcher}}}',
+                leak_start,
+                restart_at + 5,
+            )
+        if remediation_at is not None and (alert_at is None or remediation_at < alert_at):
+            # The twin is a firing of the same alert: when both fire together (a fast leak) and the
+            # healer acts before the next poll, the alert fired no later than its twin did.
+            alert_at = remediation_at
+        self.result.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
+        return alert_at, remediation_at, restart_at
+
     def run(self) -> DrillResult:
         cfg, res = self.cfg, self.result
         cgroup = None
@@ -395,40 +443,12 @@ class Drill:
             leak_start = time.time()
             res.load_average.append(load_average())
             proc = self.locust("completions", cfg.leak_span_s, "locust-leak")
-            alert_at = remediation_at = restart_at = None
             deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
-            while time.time() < deadline and restart_at is None:
-                firing = self.prom.query(f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing"}}')
-                if firing and alert_at is None:
-                    alert_at = time.time()
-                    self.say(f"{LEAK_ALERT} firing after {alert_at - leak_start:.0f}s")
-                remediable = any(
-                    a["metric"].get(self.remediation.label_name) == self.remediation.label_value for a in firing
-                )
-                if remediable and remediation_at is None:
-                    remediation_at = time.time()
-                    self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
-                if alert_at is not None and not self.episode:
-                    self.episode = self.alertmanager_remediation_alerts()
-                if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
-                    restart_at = time.time()
-                    self.say("healer began draining and restarting vLLM")
-                time.sleep(1)
+            alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
             proc.terminate()
             proc.wait(timeout=60)
             leak_end = restart_at or time.time()
             res.alert_s = None if alert_at is None else alert_at - leak_start
-            if restart_at is not None and not self.episode:
-                # Alertmanager holds the alert until vLLM's memory is down again, well after the restart.
-                self.episode = self.alertmanager_remediation_alerts()
-            if remediation_at is None and restart_at is not None:
-                # The healer can act between two polls; Prometheus's history says when the twin fired.
-                remediation_at = self.first_firing(
-                    f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing", {self.remediation.remediation_matcher}}}',
-                    leak_start,
-                    restart_at + 5,
-                )
-            res.remediation_alert_s = None if remediation_at is None else remediation_at - leak_start
             res.load_average.append(load_average())
             # The alert figure is checked before it is reported (selfcheck: which alert, which series,
             # not before the rule's windows allow, not during warm-up or the control phase).

@@ -44,15 +44,7 @@ IQUEST_HOST = Host(
 # 4090D (~8 GiB of weights leave room for ~90k tokens of KV cache) answering 30 short requests a
 # second, on a 32 GiB host with no swap and no container limit: ~20 GiB left to vLLM once ready.
 SMALL_MODEL_4090D = replace(JANEWAY_4090D, kv_capacity_tokens=90_000)
-SHORT_REQUESTS = Traffic(
-    requests_per_day=30 * 86400,
-    diurnal_amplitude=0.2,
-    prompt_tokens=(100, 300),
-    output_tokens=(20, 80),
-    ttft_median_s=0.15,
-    itl_median_s=0.025,
-    long_request_share=0.0005,
-)
+SHORT_REQUESTS = replace(BUSY_API, requests_per_day=30 * 86400)  # the busy API tier's requests, fewer
 HOST_32GIB = Host(mem_total_bytes=32 * GIB, other_used_bytes=6 * GIB, swap_total_bytes=0.0, cgroup_limit_bytes=None)
 KB = 1000
 
