@@ -50,10 +50,7 @@ class FastLeakDrill(Drill):
                 f"fast leak: {cfg.bytes_per_request} B per /v1/completions request at {cfg.requests_per_day:g} "
                 f"requests a day from the first, {cfg.cgroup_headroom_bytes / 2**20:.0f} MiB of headroom"
             )
-            leak_start = time.time()
-            res.load_average.append(load_average())
-            proc = self.locust("completions", cfg.leak_span_s, "locust-fast-leak")
-            deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
+            leak_start, proc, deadline = self._start_leaking("locust-fast-leak")
 
             def oom_killed() -> str | None:
                 if cgroup.oom_kills():

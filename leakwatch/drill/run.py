@@ -369,6 +369,15 @@ class Drill:
         cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + self.cfg.cgroup_headroom_bytes)
         return cgroup, pids
 
+    def _start_leaking(self, log_name: str) -> tuple[float, subprocess.Popen, float]:
+        """Production-day traffic on /v1/completions, which the injector leaks on: (when it began,
+        the Locust process, when to give up waiting for the healer)."""
+        cfg = self.cfg
+        leak_start = time.time()
+        self.result.load_average.append(load_average())
+        proc = self.locust("completions", cfg.leak_span_s, log_name)
+        return leak_start, proc, leak_start + cfg.wall(cfg.leak_span_s) + 120
+
     def _watch(self, leak_start: float, deadline: float, interrupt=None, on_restart=None):
         """Polls until the healer begins its restart, the deadline passes or `interrupt()` returns a
         failure (recorded): when the drill's alert fired, when its remediated twin did, when the
@@ -440,10 +449,7 @@ class Drill:
                 f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
                 f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
             )
-            leak_start = time.time()
-            res.load_average.append(load_average())
-            proc = self.locust("completions", cfg.leak_span_s, "locust-leak")
-            deadline = leak_start + cfg.wall(cfg.leak_span_s) + 120
+            leak_start, proc, deadline = self._start_leaking("locust-leak")
             alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
             proc.terminate()
             proc.wait(timeout=60)
