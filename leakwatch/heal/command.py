@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import LeakwatchError
 from ..native.layout import StateLayout
 from ..settings import load as load_settings
-from ..topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url
+from ..topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
 from . import config as heal_config, token as heal_token
 from .exporter_keeper import ExporterKeeper
 from .metrics import HealerMetrics
@@ -161,8 +161,9 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     if args.restarter == "kubernetes":
         restarter, probe = _kubernetes_restarter(args)
     elif args.restarter == "docker":
-        stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
-        restarter = DockerRestarter(args.docker_url, args.container_label, stop_timeout, args.compose_project)
+        restarter = DockerRestarter(
+            args.docker_url, args.container_label, docker_restart_wait_s(settings), args.compose_project
+        )
     else:
         # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
         stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30

@@ -194,11 +194,22 @@ def test_the_socket_proxy_refuses_everything_but_listing_vllm_restarting_it_and_
         "images": ("GET", "/images/json"),
         "version": ("GET", "/version"),
         "encoded path": ("POST", f"/containers/{PROJECT}-vllm%2Ddemo-1/restart?t=1"),
+        # Issue 32 N1: Docker Engine <= 24 applies a HostConfig sent with a versioned start.
+        "start the exporter with a HostConfig": (
+            "POST",
+            f"/v1.23/containers/{compose_stack.container(EXPORTER)}/start",
+            {"Binds": ["/etc:/host-etc:ro"], "PidMode": "host", "Privileged": True},
+        ),
+        "start the exporter with any body": ("POST", f"/containers/{compose_stack.container(EXPORTER)}/start", {}),
+        "a versioned listing": ("GET", "/v1.41/containers/json?" + vllm_container_list_query(PROJECT)),
+        "restart vLLM without its drain": ("POST", f"/containers/{compose_stack.container(VLLM)}/restart?t=0"),
     }
     answers = {name: proxy_call(compose_stack, *call) for name, call in refused.items()}
     assert answers == {name: 403 for name in refused}, answers
-    # Nothing was restarted by any of them (Docker's own record).
+    # Nothing was restarted by any of them (Docker's own record), and the exporter kept its confinement.
     assert {s: compose_stack.inspect(s)["State"]["StartedAt"] for s in before} == before
+    exporter_host = compose_stack.inspect(EXPORTER)["HostConfig"]
+    assert not exporter_host["Privileged"] and "/etc:/host-etc:ro" not in (exporter_host["Binds"] or []), exporter_host
     # What the healer needs does pass: the listing finds exactly this project's running vLLM.
     code = f"""
 import urllib.request, json

@@ -22,10 +22,10 @@ from leakwatch.topology import vllm_container_list_query
 
 PROJECT = "leakwatch"
 ALLOWED_POST = re.compile(
-    r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
+    r"^/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
 )
 ALLOWED_START = re.compile(
-    r"^(/v[\d.]+)?/containers/(" + "|".join(map(re.escape, exporter_container_names(PROJECT))) + r")/start$"
+    r"^/containers/(" + "|".join(map(re.escape, exporter_container_names(PROJECT))) + r")/start$"
 )
 LABEL = "io.leakwatch.role=vllm"
 
@@ -55,7 +55,7 @@ class FakeDockerProxy:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 proxy.calls.append(("GET", url.path, query))
-                if not (re.match(r"^(/v[\d.]+)?/containers/json$", url.path) and url.query == proxy.allowed_query):
+                if not (url.path == "/containers/json" and url.query == proxy.allowed_query):
                     return self._reply(403, b"<html>403 Forbidden</html>")
                 filters = json.loads(query["filters"][0])
                 found = [
@@ -74,7 +74,7 @@ class FakeDockerProxy:
                 if ALLOWED_START.match(url.path) and not url.query:
                     proxy.started.append(cid)
                     return self._reply(proxy.start_status)
-                if not ALLOWED_POST.match(url.path) or not re.match(r"^t=[0-9]{1,3}$", url.query):
+                if not ALLOWED_POST.match(url.path) or url.query != "t=35":  # the drain the restarters below are given
                     return self._reply(403, b"<html>403 Forbidden</html>")
                 if url.path.endswith("/restart"):
                     proxy.restarted.append((cid, int(query["t"][0])))
