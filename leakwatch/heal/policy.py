@@ -1,12 +1,14 @@
 """Whether an alert may restart vLLM now: the allowlist (label, alert name, job, instance),
 idempotency per firing episode, cooldown and a sliding-hour limit. State survives a healer restart
-(a JSON file, fsynced); a state file that cannot be read stops the healer instead of resetting the cap."""
+(a JSON file, fsynced); a state file that cannot be read, or holds a value that is not a past unix
+time, stops the healer instead of resetting the cap."""
 
 from __future__ import annotations
 
 import copy
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -32,6 +34,8 @@ DECISIONS = (REMEDIATE, RESOLVED, DUPLICATE, HANDLED, IN_PROGRESS, COOLDOWN, RAT
 
 SEEN_LIMIT = 10_000
 HOUR = 3600.0
+# A state file written on this host is never ahead of its clock by more than a step of NTP.
+MAX_CLOCK_SKEW_S = 300.0
 
 
 class StateWriteError(RuntimeError):
@@ -47,18 +51,42 @@ class PolicyState:
         return json.dumps({"restarts": self.restarts[-100:], "seen": self.seen})
 
     @classmethod
-    def from_file(cls, path: Path | None) -> PolicyState:
-        if path is None or not path.exists():
+    def from_file(cls, path: Path | None, now: float | None = None) -> PolicyState:
+        if path is None:
+            return cls()
+        if not path.exists():
+            log.warning("no healer state file at %s yet: starting with an empty history", path)
             return cls()
         try:
-            raw = json.loads(path.read_text())
-            return cls([float(t) for t in raw["restarts"]], {str(k): float(v) for k, v in raw["seen"].items()})
-        except (OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            return cls.parse(json.loads(path.read_text()), time.time() if now is None else now)
+        except (OSError, ValueError) as exc:
             # Resetting would forget the cooldown and the hourly cap: a restart storm. Refuse instead.
             raise LeakwatchError(
-                f"the healer's state file {path} cannot be read ({exc!r:.120}); it holds the cooldown and the "
+                f"the healer's state file {path} cannot be read ({exc}); it holds the cooldown and the "
                 "restarts of the last hour. Inspect it, then move it away to start with an empty history"
             ) from None
+
+    @classmethod
+    def parse(cls, raw, now: float) -> PolicyState:
+        """The state from the file's JSON, every value checked: a wrong type, a NaN or a time in the
+        future would silently reset the cap or mark every later alert handled (issue 32, N7)."""
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("restarts"), list)
+            or not isinstance(raw.get("seen"), dict)
+        ):
+            raise ValueError('expected {"restarts": [unix times], "seen": {alert key: unix time}}')
+        restarts = [_unix_time(t, f"restarts[{i}]", now) for i, t in enumerate(raw["restarts"])]
+        seen = {str(k): _unix_time(v, f"seen[{k!r:.60}]", now) for k, v in raw["seen"].items()}
+        return cls(restarts, seen)
+
+
+def _unix_time(value, where: str, now: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where} is {value!r:.60}, not a unix time")
+    if value > now + MAX_CLOCK_SKEW_S:
+        raise ValueError(f"{where} is {value:.0f}, {value - now:.0f}s in the future")
+    return float(value)
 
 
 class Policy:
@@ -66,7 +94,7 @@ class Policy:
         self.cfg = cfg
         self.state_file = state_file
         self.clock = clock
-        self.state = PolicyState.from_file(state_file)
+        self.state = PolicyState.from_file(state_file, clock())
         self.lock = threading.Lock()
         self.in_progress = False
 

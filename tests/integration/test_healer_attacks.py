@@ -171,20 +171,39 @@ def test_no_state_file_warns_loudly(target, tmp_path):
         assert "WARNING: no --state-file" in healer.log_text()
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"restarts": "x"}', "[]", ""])
-def test_a_corrupt_state_file_stops_the_healer_with_a_clear_error(target, tmp_path, content):
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "Expecting property name"),
+        ('{"restarts": "x"}', "expected {"),
+        ("[]", "expected {"),
+        ("", "Expecting value"),
+        # Issue 32 N7: each of these used to load, resetting the cap (a string iterated as digits, a
+        # NaN never within the hour) or turning healing off (an infinite restart time "handles" every
+        # later alert; so would one in the future).
+        ('{"restarts": "999", "seen": {}}', "expected {"),
+        ('{"restarts": ["nan"], "seen": {}}', "restarts[0] is 'nan', not a unix time"),
+        ('{"restarts": [NaN], "seen": {}}', "restarts[0] is nan, not a unix time"),
+        ('{"restarts": [1e999], "seen": {}}', "restarts[0] is inf, not a unix time"),
+        ('{"restarts": [true], "seen": {}}', "restarts[0] is True, not a unix time"),
+        ('{"restarts": [4102444800], "seen": {}}', "restarts[0] is 4102444800, "),
+        ('{"restarts": [], "seen": {"x@1": -1}}', "seen['x@1'] is -1, not a unix time"),
+    ],
+)
+def test_a_corrupt_state_file_stops_the_healer_with_a_clear_error(target, tmp_path, content, why):
     state = tmp_path / "state.json"
     state.write_text(content)
     healer = start_healer_process(target, tmp_path, state_file=state, wait=False)
     assert healer.proc.wait(timeout=60) == 2
     text = healer.log_text()
-    assert f"the healer's state file {state} cannot be read" in text
+    assert f"the healer's state file {state} cannot be read ({why}" in text, text
     assert state.read_text() == content  # nothing lost: left for the operator
 
 
 def test_state_writes_are_durable_and_atomic(target, tmp_path):
     state = tmp_path / "state.json"
     with healer_process(target, tmp_path, state_file=state, cooldown_s=0) as healer:
+        assert f"no healer state file at {state} yet: starting with an empty history" in healer.log_text()
         before = len(target.starts())
         healer.post(notification(alert(fingerprint="e1", starts_at=time.time())))
         settled(target, before + 1)
