@@ -26,8 +26,9 @@ class HealerConfig:
     max_alerts: int
     alerts: tuple[str, ...] = ()  # alert names the healer may act on
     jobs: tuple[str, ...] = ()  # jobs (the `job` label) those alerts must be about
-    # job -> instances this healer is responsible for (`leakwatch heal --target JOB=INSTANCE`);
-    # a job not named here is not checked on instance.
+    # job -> instances this healer is responsible for (`leakwatch heal --target JOB=INSTANCE`).
+    # Once any is named the list is complete: an alert about a job without a target is refused (the
+    # native stack has no dcgm job, so a dcgm alert is not about its vLLM). None named: no check.
     targets: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
@@ -53,7 +54,12 @@ class HealerConfig:
         job = labels.get("job")
         if job not in self.jobs:
             return f"job {str(job)[:60]!r} is not one the healer remediates (remediable.jobs)"
-        instances = dict(self.targets).get(job)
+        targets = dict(self.targets)
+        if targets and job not in targets:
+            return (
+                f"job {job!r} is not scraped by this healer's stack (its --target jobs: {', '.join(sorted(targets))})"
+            )
+        instances = targets.get(job)
         if instances is not None and labels.get("instance") not in instances:
             return f"instance {str(labels.get('instance'))[:80]!r} of job {job!r} is not this healer's"
         return None

@@ -127,6 +127,11 @@ def test_an_episode_that_begins_during_a_restart_is_acted_on_after_it(target, tm
         ({"instance": "other-host:9405"}, "is not this healer's"),
         ({"job": "node"}, "is not one the healer remediates"),
         ({"job": None}, "is not one the healer remediates"),
+        # Issue 32 N6: the native stack scrapes no dcgm job; this used to restart its vLLM.
+        (
+            {"name": "GPUMemoryLeakSuspected", "job": "dcgm", "instance": "other-host:9400"},
+            "job 'dcgm' is not scraped by this healer's stack",
+        ),
         ({"remediate": "yes"}, "not labelled remediate"),
     ],
 )

@@ -73,8 +73,13 @@ def test_a_target_outside_the_jobs_is_refused(tmp_path):
     base = {"remediate": "true", "alertname": "HostMemoryLeak", "job": "leakwatch"}
     assert narrowed.refusal({**base, "instance": "127.0.0.1:9405"}) is None
     assert "not this healer's" in narrowed.refusal({**base, "instance": "other-host:9405"})
-    # A job without a --target is not narrowed.
-    assert narrowed.refusal({**base, "job": "dcgm", "instance": "anything"}) is None
+    # Issue 32 N6: with targets named, a job without one is not this stack's (natively: no dcgm job).
+    assert (
+        narrowed.refusal({**base, "alertname": "GPUMemoryLeakSuspected", "job": "dcgm", "instance": "other-host:9400"})
+        == "job 'dcgm' is not scraped by this healer's stack (its --target jobs: leakwatch)"
+    )
+    # Without any target, the job allowlist alone applies (compose: the dcgm job is scraped by DNS).
+    assert cfg.refusal({**base, "job": "dcgm", "instance": "anything"}) is None
     bad = tmp_path / "healer.yaml"
     raw = yaml.safe_load(heal_config.CONFIG_FILE.read_text())
     raw["remediable"]["alerts"] = []
