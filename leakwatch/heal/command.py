@@ -133,6 +133,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pod label every vLLM pod carries; other pods are never evicted",
     )
     kube.add_argument(
+        "--pod-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label every pod of this release carries (repeatable; the chart passes its instance and "
+        "component labels): a pod without all of them is another release's and is never evicted",
+    )
+    kube.add_argument(
         "--eviction-retries",
         type=int,
         default=5,
@@ -194,8 +202,18 @@ def _kubernetes_restarter(args: argparse.Namespace):
 
     if not args.namespace or not args.model_label:
         raise LeakwatchError("--restarter kubernetes needs --namespace and --model-label")
+    pod_labels = {}
+    for spec in args.pod_label:
+        key, sep, value = spec.partition("=")
+        if not sep or not key or not value:
+            raise LeakwatchError(f"--pod-label {spec!r}: expected KEY=VALUE, e.g. app.kubernetes.io/instance=leakwatch")
+        pod_labels[key] = value
     restarter = KubernetesRestarter.in_cluster(
-        args.namespace, args.model_label, retries=args.eviction_retries, retry_interval_s=args.eviction_retry_interval
+        args.namespace,
+        args.model_label,
+        pod_labels=pod_labels,
+        retries=args.eviction_retries,
+        retry_interval_s=args.eviction_retry_interval,
     )
     return restarter, restarter
 

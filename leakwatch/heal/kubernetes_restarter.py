@@ -7,8 +7,10 @@ later and counts the refusal. A single-replica model has no budget (the chart re
 eviction of a pod no budget covers is a graceful delete: preStop, SIGTERM, vLLM's drain within
 terminationGracePeriodSeconds. So the Role needs no `delete` on pods.
 
-The healer acts only on a pod in its own namespace that carries the model label; the alert's
-(namespace, pod) labels (the chart's rules join on them) say which one.
+The healer acts only on a pod of its own release: in its namespace, carrying the model label and
+every `--pod-label` the chart passes (its release's instance label and the vLLM component). The
+alert's (namespace, pod) labels (the chart's rules join on them) say which one. Every API call has a
+request timeout: an API server that does not answer fails the restart instead of holding the healer.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from collections.abc import Callable
 
 from ..catalogue import METRICS_DIR
 from ..errors import LeakwatchError
-from .restarters import RestartError, RestartTiming
+from .restarters import RestartError, RestartTiming, TargetRefused
 
 log = logging.getLogger("leakwatch.heal")
+
+# Seconds per API call (connect + read): an eviction or a read answers in well under a second.
+REQUEST_TIMEOUT_S = 10.0
+
 
 METRICS_CSV = METRICS_DIR / "leakwatch-healer-kubernetes.csv"
 EVICTION_REFUSALS_METRIC = "leakwatch_healer_evictions_refused_total"
@@ -39,16 +45,20 @@ class KubernetesRestarter:
         api,
         namespace: str,
         model_label: str,
+        pod_labels: dict[str, str] | None = None,
         retries: int = 5,
         retry_interval_s: float = 30.0,
         gone_timeout_s: float = 600.0,
         poll_s: float = 2.0,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
         on_refused: Callable[[], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.api = api  # kubernetes.client.CoreV1Api
         self.namespace = namespace
         self.model_label = model_label
+        self.pod_labels = dict(pod_labels or {})  # what else a pod of this release carries
+        self.request_timeout_s = float(request_timeout_s)
         self.retries = int(retries)
         self.retry_interval_s = float(retry_interval_s)
         self.gone_timeout_s = float(gone_timeout_s)
@@ -73,47 +83,86 @@ class KubernetesRestarter:
         return cls(client.CoreV1Api(), namespace, model_label, **kw)
 
     def describe(self) -> str:
-        return f"the alert's pod in namespace {self.namespace} (label {self.model_label}) by eviction"
+        scope = ", ".join(f"{k}={v}" for k, v in sorted(self.pod_labels.items()))
+        return f"the alert's pod in namespace {self.namespace} (label {self.model_label}{', ' + scope if scope else ''}) by eviction"
 
     def _api_error(self, exc: Exception) -> tuple[int | None, str]:
         status = getattr(exc, "status", None)
         reason = getattr(exc, "body", None) or getattr(exc, "reason", None) or str(exc)
         return status, str(reason)[:300]
 
+    def _call(self, what: str, method, *args, **kwargs):
+        """One API call with the request timeout; an ApiException goes to the caller, a timeout or a
+        refused connection becomes a RestartError that says what did not answer."""
+        import urllib3
+
+        try:
+            return method(*args, **kwargs, _request_timeout=self.request_timeout_s)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise RestartError(
+                f"{what}: the API server did not answer within {self.request_timeout_s:g}s ({type(exc).__name__})"
+            ) from None
+
+    def _selector(self, model: str | None = None) -> str:
+        labels = {**self.pod_labels, self.model_label: model} if model else self.pod_labels
+        terms = [f"{k}={v}" for k, v in sorted(labels.items())]
+        return ",".join(terms if model else [self.model_label, *terms])
+
     def _model_pods(self, model: str) -> list:
-        return self.api.list_namespaced_pod(self.namespace, label_selector=f"{self.model_label}={model}").items
+        return self._call(
+            f"listing the {model} pods",
+            self.api.list_namespaced_pod,
+            self.namespace,
+            label_selector=self._selector(model),
+        ).items
 
     def check(self) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.api.list_namespaced_pod(self.namespace, label_selector=self.model_label)
-        except (ApiException, OSError) as exc:
+            self._call(
+                f"listing pods in {self.namespace}",
+                self.api.list_namespaced_pod,
+                self.namespace,
+                label_selector=self._selector(),
+            )
+        except ApiException as exc:
             status, reason = self._api_error(exc)
             raise LeakwatchError(f"cannot list pods in {self.namespace}: HTTP {status} {reason}") from None
+        except RestartError as exc:
+            raise LeakwatchError(str(exc)) from None
 
     def target(self, labels: dict[str, str]) -> tuple[str, str]:
-        """(pod, model) the alert names, after checking it is ours to evict."""
+        """(pod, model) the alert names, after checking it is this release's to evict: TargetRefused
+        when it is not, RestartError when the API server cannot tell now."""
         from kubernetes.client.exceptions import ApiException
 
         namespace, pod = labels.get("namespace"), labels.get("pod")
         if not pod or not namespace:
-            raise RestartError("the alert names no pod (labels namespace and pod); refusing to guess one")
+            raise TargetRefused("the alert names no pod (labels namespace and pod); refusing to guess one")
         if namespace != self.namespace:
-            raise RestartError(
+            raise TargetRefused(
                 f"the alert's pod is in namespace {namespace!r}, the healer acts only in {self.namespace!r}"
             )
         try:
-            found = self.api.read_namespaced_pod(pod, self.namespace)
+            found = self._call(f"reading pod {self.namespace}/{pod}", self.api.read_namespaced_pod, pod, self.namespace)
         except ApiException as exc:
             if exc.status == 404:
-                raise RestartError(f"pod {self.namespace}/{pod} does not exist (already replaced?)") from None
+                raise TargetRefused(f"pod {self.namespace}/{pod} does not exist (already replaced?)") from None
             raise RestartError(
                 f"reading pod {self.namespace}/{pod}: HTTP {exc.status} {self._api_error(exc)[1]}"
             ) from None
-        model = (found.metadata.labels or {}).get(self.model_label)
+        pod_labels = found.metadata.labels or {}
+        model = pod_labels.get(self.model_label)
         if not model:
-            raise RestartError(f"pod {self.namespace}/{pod} has no {self.model_label} label; not a vLLM pod of ours")
+            raise TargetRefused(f"pod {self.namespace}/{pod} has no {self.model_label} label; not a vLLM pod of ours")
+        foreign = {k: pod_labels.get(k) for k, v in self.pod_labels.items() if pod_labels.get(k) != v}
+        if foreign:
+            raise TargetRefused(
+                f"pod {self.namespace}/{pod} is not this release's vLLM pod "
+                f"({', '.join(f'{k}={v!r}' for k, v in sorted(foreign.items()))}; want "
+                f"{', '.join(f'{k}={v}' for k, v in sorted(self.pod_labels.items()))})"
+            )
         return pod, model
 
     def restart(self, alert=None) -> RestartTiming:
@@ -130,7 +179,13 @@ class KubernetesRestarter:
         began = time.monotonic()
         for attempt in range(self.retries + 1):
             try:
-                self.api.create_namespaced_pod_eviction(pod, self.namespace, body)
+                self._call(
+                    f"evicting {self.namespace}/{pod}",
+                    self.api.create_namespaced_pod_eviction,
+                    pod,
+                    self.namespace,
+                    body,
+                )
                 break
             except ApiException as exc:
                 if exc.status == 429:
@@ -169,7 +224,9 @@ class KubernetesRestarter:
         deadline = time.monotonic() + self.gone_timeout_s
         while time.monotonic() < deadline:
             try:
-                self.api.read_namespaced_pod(pod, self.namespace)
+                self._call(
+                    f"watching pod {self.namespace}/{pod} terminate", self.api.read_namespaced_pod, pod, self.namespace
+                )
             except ApiException as exc:
                 if exc.status == 404:
                     return

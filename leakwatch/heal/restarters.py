@@ -27,6 +27,11 @@ class RestartError(RuntimeError):
     pass
 
 
+class TargetRefused(RestartError):
+    """The alert names no target of this healer (Kubernetes: no pod of its release): nothing to
+    restart, and no reason for Alertmanager to retry."""
+
+
 @dataclass
 class RestartTiming:
     stop_s: float  # SIGTERM until the old process is gone (vLLM's own drain); 0 when not separable

@@ -12,7 +12,8 @@ import time
 from .config import HealerConfig
 from .metrics import HealerMetrics
 from .payload import Alert
-from .policy import REMEDIATE, Policy, StateWriteError
+from .policy import NOT_REMEDIABLE, REMEDIATE, Policy, StateWriteError
+from .restarters import RestartError, TargetRefused
 
 log = logging.getLogger("leakwatch.heal")
 WEBHOOK_PATH = "/alerts"
@@ -66,6 +67,9 @@ class Healer:
                 "not_remediable",
                 {"error": f"firing alert(s) refused ({reasons}); route only remediation alerts of this stack here"},
             )
+        refused = self._foreign_targets(alerts)
+        if refused is not None:
+            return refused
         try:
             decisions = self.policy.decide(alerts)
         except StateWriteError as exc:
@@ -92,6 +96,26 @@ class Healer:
         self.worker = threading.Thread(target=self._remediate, args=(trigger,), name="healer-restart", daemon=True)
         self.worker.start()
         return 202, "accepted", {**body, "action": f"drain and restart {self.restarter.describe()}"}
+
+    def _foreign_targets(self, alerts: list[Alert]) -> tuple[int, str, dict] | None:
+        """A restarter that acts on the alert's target (Kubernetes: its pod) checks each firing alert's
+        target before anything is claimed: a pod of another release costs no cap and no cooldown
+        (422), and an API server that cannot tell now gets Alertmanager to retry (503)."""
+        target = getattr(self.restarter, "target", None)
+        if target is None:
+            return None
+        for alert in alerts:
+            if alert.status != "firing":
+                continue
+            try:
+                target(alert.labels)
+            except RestartError as exc:
+                log.warning("alert %s (fingerprint %s): %s", safe(alert.name), alert.fingerprint, exc)
+                if isinstance(exc, TargetRefused):
+                    self.metrics.alerts.labels(NOT_REMEDIABLE).inc()
+                    return 422, "not_remediable", {"error": f"{safe(alert.name)}: {safe(str(exc), 300)}"}
+                return 503, "unavailable", {"error": "cannot check the alert's target now; nothing restarted"}
+        return None
 
     def _reconcile(self) -> None:
         """A restart is a transaction that ends with vLLM running or a log and a metric that say it is

@@ -224,10 +224,30 @@ def test_healer_role_allows_only_reading_pods_and_evicting(rendered):
     args = healer["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--restarter") + 1] == "kubernetes"
     assert args[args.index("--model-label") + 1] == identity.MODEL_LABEL
+    # Issue 32 N4: this release's vLLM pods only, by the labels its Deployments give them.
+    pod_labels = [args[i + 1] for i, arg in enumerate(args) if arg == "--pod-label"]
+    (model,) = [d for d in by_kind(objects, "Deployment") if not d["metadata"]["name"].endswith("-healer")]
+    template_labels = model["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels == ["app.kubernetes.io/instance=leakwatch", "app.kubernetes.io/component=vllm"]
+    assert all(template_labels[k] == v for k, v in (p.split("=", 1) for p in pod_labels)), template_labels
+    # Issue 32 N7: the state file outlives the healer's pod.
+    (claim,) = by_kind(objects, "PersistentVolumeClaim")
+    volumes = {v["name"]: v for v in healer["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert args[args.index("--state-file") + 1].startswith("/var/lib/leakwatch-healer/")
     # The allowlist's jobs under the chart's scrape-job names, or every remediable alert is refused.
     jobs = [args[i + 1] for i, arg in enumerate(args) if arg == "--remediable-job"]
     assert sorted(jobs) == sorted(identity.REMEDIABLE_JOB_NAMES.values())
     assert identity.JOBS["exporter"] in jobs
+
+
+def test_healer_state_on_an_empty_dir_only_when_persistence_is_off():
+    overrides = {"healer": {"enabled": True, "tokenSecret": {"name": "t"}, "persistence": {"enabled": False}}}
+    objects = engine.render(engine.load_values(VALUES_FILES[0], overrides=overrides))
+    assert not by_kind(objects, "PersistentVolumeClaim")
+    (healer,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-healer")]
+    volumes = {v["name"]: v for v in healer["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
 
 
 def test_alertmanager_config_routes_remediable_alerts_to_the_healer(rendered):
@@ -238,7 +258,12 @@ def test_alertmanager_config_routes_remediable_alerts_to_the_healer(rendered):
         {"name": stack["remediationLabel"]["name"], "value": stack["remediationLabel"]["value"], "matchType": "="},
         {"name": "alertname", "value": "|".join(stack["remediableAlerts"]), "matchType": "=~"},
         {"name": "job", "value": "|".join(stack["remediableJobs"]), "matchType": "=~"},
+        {"name": "pod", "value": "(leakwatch-demo)-[a-z0-9]+-[a-z0-9]+", "matchType": "=~"},
     ]
+    # Alertmanager anchors the regex: this release's pods match, another release's do not.
+    pod = re.compile(route["matchers"][-1]["value"])
+    assert pod.fullmatch("leakwatch-demo-5d8c7b9f4-x7k2p")
+    assert not pod.fullmatch("other-demo-5d8c7b9f4-x7k2p") and not pod.fullmatch("leakwatch-demo-x-5d8c7b9f4-x7k2p")
     assert route["groupBy"][:2] == identity.HOST_LABELS
     (hook,) = amc["spec"]["receivers"][0]["webhookConfigs"]
     assert re.fullmatch(rf"http://leakwatch-healer\.leakwatch\.svc:{stack['ports']['healer']}/alerts", hook["url"])

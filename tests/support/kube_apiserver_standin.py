@@ -68,6 +68,11 @@ class StandinCluster:
     ready_s: float = 0.3
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # An unresponsive API server: requests whose path contains one of these get no answer until
+    # `answer_again` is set (or a minute passes).
+    hang_on: tuple[str, ...] = ()
+    answer_again: threading.Event = field(default_factory=threading.Event)
+    hung: list[str] = field(default_factory=list)  # paths of the requests it left unanswered
 
     def allowed(self, verb: str, resource: str) -> bool:
         return any(
@@ -136,6 +141,9 @@ def make_handler(cluster: StandinCluster):
             cluster.requests.append((self.command, self.path, code))
 
         def _route(self):
+            if any(part in self.path for part in cluster.hang_on) and not cluster.answer_again.is_set():
+                cluster.hung.append(self.path)
+                cluster.answer_again.wait(60)
             if self.headers.get("Authorization") != f"Bearer {cluster.token}":
                 return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
             url = urlparse(self.path)
@@ -231,6 +239,7 @@ class StandinApiServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.cluster.answer_again.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -6,18 +6,20 @@ scripts/k8s/check.sh runs the same restarter against a real cluster."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import pytest
 
 from leakwatch.heal.kubernetes_restarter import KubernetesRestarter
 from leakwatch.heal.payload import Alert
-from leakwatch.heal.restarters import RestartError
+from leakwatch.heal.restarters import RestartError, TargetRefused
 from leakwatch.helm import engine, identity
 from tests.support.kube_apiserver_standin import StandinApiServer, StandinCluster, StandinPDB, StandinPod
 
 NAMESPACE = "serving"
-MODEL = {identity.MODEL_LABEL: "demo", "app.kubernetes.io/component": "vllm"}
+RELEASE = {"app.kubernetes.io/instance": "leakwatch", "app.kubernetes.io/component": "vllm"}
+MODEL = {identity.MODEL_LABEL: "demo", **RELEASE}
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,9 @@ def cluster(chart_role_rules) -> StandinCluster:
     for name in ("leakwatch-demo-aaaaa", "leakwatch-demo-bbbbb"):
         c.pods[name] = StandinPod(name, dict(MODEL))
     c.pods["postgres-0"] = StandinPod("postgres-0", {"app": "postgres"})
+    # Issue 32 N4: another release's vLLM in the same namespace, and an unrelated pod carrying the key.
+    c.pods["other-demo-ccccc"] = StandinPod("other-demo-ccccc", {**MODEL, "app.kubernetes.io/instance": "other"})
+    c.pods["batch-job-ddddd"] = StandinPod("batch-job-ddddd", {identity.MODEL_LABEL: "anything"})
     return c
 
 
@@ -59,6 +64,7 @@ def restarter(server: StandinApiServer, **kw) -> KubernetesRestarter:
     kw.setdefault("retry_interval_s", 0.05)
     kw.setdefault("poll_s", 0.05)
     kw.setdefault("gone_timeout_s", 10)
+    kw.setdefault("pod_labels", RELEASE)
     return KubernetesRestarter(server.core_api(), NAMESPACE, identity.MODEL_LABEL, **kw)
 
 
@@ -143,8 +149,14 @@ def test_only_labelled_pods_in_its_namespace_that_the_alert_names(cluster):
             r.restart(alert("leakwatch-demo-aaaaa", namespace="default"))
         with pytest.raises(RestartError, match="names no pod"):
             r.restart(Alert("firing", "GPUMemoryLeakSuspected", {"alertname": "x"}, "ab", 0.0))
+        for pod, why in [
+            ("other-demo-ccccc", "app.kubernetes.io/instance='other'"),
+            ("batch-job-ddddd", "app.kubernetes.io/component=None, app.kubernetes.io/instance=None"),
+        ]:
+            with pytest.raises(TargetRefused, match=f"not this release's vLLM pod \\({re.escape(why)}"):
+                r.restart(alert(pod))
     assert not any(p.endswith("/eviction") for _, p, _ in cluster.requests)
-    assert "postgres-0" in cluster.pods
+    assert {"postgres-0", "other-demo-ccccc", "batch-job-ddddd"} <= set(cluster.pods)
 
 
 def test_the_chart_role_forbids_deleting_pods(cluster):
@@ -176,3 +188,60 @@ def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
         healer.worker.join(30)
     assert "leakwatch-demo-bbbbb" not in cluster.pods and "leakwatch-demo-aaaaa" in cluster.pods
     assert healer.metrics.restarts.labels("success")._value.get() == 1
+
+
+def _healer(restarter_: KubernetesRestarter, tmp_path):
+    from leakwatch.heal import config as heal_config
+    from leakwatch.heal.metrics import HealerMetrics
+    from leakwatch.heal.policy import Policy
+    from leakwatch.heal.server import Healer
+
+    cfg = dataclasses.replace(heal_config.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    return Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), restarter_, restarter_, HealerMetrics())
+
+
+def test_another_releases_pod_costs_no_cap_and_no_cooldown(cluster, tmp_path):
+    """Issue 32 N5: the target is checked before the restart is claimed, so a misdirected alert is
+    refused (422, Alertmanager does not retry) and the genuine one right after still restarts."""
+    with StandinApiServer(cluster) as server:
+        healer = _healer(restarter(server), tmp_path)
+        for pod in ("other-demo-ccccc", "batch-job-ddddd", "leakwatch-demo-zzzzz"):
+            status, outcome, body = healer.notify([alert(pod)])
+            assert (status, outcome) == (422, "not_remediable"), body
+        assert healer.policy.restarts_last_hour() == 0 and not healer.policy.state.seen
+        status, outcome, _ = healer.notify([alert("leakwatch-demo-aaaaa")])
+        assert (status, outcome) == (202, "accepted")
+        healer.worker.join(30)
+    assert healer.metrics.alerts.labels("not_remediable")._value.get() == 3
+    assert {"other-demo-ccccc", "batch-job-ddddd"} <= set(cluster.pods) and "leakwatch-demo-aaaaa" not in cluster.pods
+
+
+def test_an_unresponsive_api_server_fails_the_restart_instead_of_holding_the_healer(cluster, tmp_path):
+    """Issue 32 N3: every API call has a request timeout. The eviction gets no answer: the restart
+    fails, is counted, and the healer is free for the next episode (not `in_progress` for ever)."""
+    cluster.hang_on = ("/eviction",)
+    with StandinApiServer(cluster) as server:
+        healer = _healer(restarter(server, request_timeout_s=0.5), tmp_path)
+        status, outcome, _ = healer.notify([alert("leakwatch-demo-aaaaa")])
+        assert (status, outcome) == (202, "accepted")
+        healer.worker.join(45)  # a bound far above the timeout; the stand-in holds the request for 60 s
+        assert not healer.worker.is_alive(), f"the healer still waits on the API server: {cluster.hung}"
+        assert cluster.hung == [f"/api/v1/namespaces/{NAMESPACE}/pods/leakwatch-demo-aaaaa/eviction"]
+        assert healer.metrics.restarts.labels("failed")._value.get() == 1
+        assert not healer.policy.in_progress
+
+
+def test_an_unresponsive_api_server_at_the_target_check_claims_nothing(cluster, tmp_path):
+    """The target check before the claim gets no answer: 503, so Alertmanager retries, and nothing
+    is claimed; once the API server answers, the retry restarts."""
+    cluster.hang_on = ("/pods/leakwatch-demo-aaaaa",)
+    with StandinApiServer(cluster) as server:
+        healer = _healer(restarter(server, request_timeout_s=0.5), tmp_path)
+        status, outcome, _ = healer.notify([alert("leakwatch-demo-aaaaa")])
+        assert (status, outcome) == (503, "unavailable")
+        assert healer.policy.restarts_last_hour() == 0 and not healer.policy.in_progress
+        cluster.answer_again.set()
+        status, outcome, _ = healer.notify([alert("leakwatch-demo-aaaaa")])
+        assert (status, outcome) == (202, "accepted")
+        healer.worker.join(30)
+    assert "leakwatch-demo-aaaaa" not in cluster.pods
