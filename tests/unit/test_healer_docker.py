@@ -21,9 +21,7 @@ from leakwatch.heal.restarters import DockerRestarter, RestartError
 from leakwatch.topology import vllm_container_list_query
 
 PROJECT = "leakwatch"
-ALLOWED_POST = re.compile(
-    r"^/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$"
-)
+ALLOWED_POST = re.compile(r"^/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$")
 ALLOWED_START = re.compile(
     r"^/containers/(" + "|".join(map(re.escape, exporter_container_names(PROJECT))) + r")/start$"
 )
