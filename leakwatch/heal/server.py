@@ -67,9 +67,9 @@ class Healer:
                 "not_remediable",
                 {"error": f"firing alert(s) refused ({reasons}); route only remediation alerts of this stack here"},
             )
-        refused = self._foreign_targets(alerts)
-        if refused is not None:
-            return refused
+        target_answer = self._foreign_targets(alerts)
+        if target_answer is not None:
+            return target_answer
         try:
             decisions = self.policy.decide(alerts)
         except StateWriteError as exc:
