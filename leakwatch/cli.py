@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import subprocess
 import sys
 
 from .errors import LeakwatchError
@@ -68,6 +71,26 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except (subprocess.CalledProcessError, OSError) as exc:
+        # Expected failures that no module turned into a LeakwatchError: one line, not a traceback
+        # (LEAKWATCH_TRACEBACK=1 shows it, for a bug report).
+        if os.environ.get("LEAKWATCH_TRACEBACK"):
+            raise
+        print(f"leakwatch {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: subprocess.CalledProcessError | OSError) -> str:
+    if isinstance(exc, subprocess.CalledProcessError):
+        cmd = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd[:4]))
+        return f"`{cmd}` exited {exc.returncode}; its own message is above"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"a port it needs is in use ({exc.strerror}): stop what listens there, or choose another port "
+            "(the *_PORT variables, config/stack.yaml)"
+        )
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
 
 
 if __name__ == "__main__":

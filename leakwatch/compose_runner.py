@@ -1,7 +1,11 @@
-"""up / down / status / logs through Docker Compose, for hosts with a Docker engine."""
+"""up / down / status / logs through Docker Compose, for hosts with a Docker engine.
+
+`up` records what it used (image set, profile, engine) in the state folder, so `down`, `status` and
+`logs` act on the same stack with nothing else given, and need none of `up`'s secrets."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,19 +13,55 @@ import sys
 
 from . import profiles as model_profiles
 from .errors import LeakwatchError
-from .paths import COMPOSE_SECRETS_DIR, REPO_ROOT
+from .paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
 from .settings import load as load_settings
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
 ENV_FILE = REPO_ROOT / ".env"
 IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/local_images.py), for hosts that cannot pull
+RECORD_FILE = "compose-stack.json"  # in the state folder: what the last `up` used
+# Variables compose.yaml requires (`${VAR:?...}`) only to create containers; down, ps and logs
+# interpolate the whole file too, so they get a placeholder that is never used.
+CREATE_ONLY_VARIABLES = ("GRAFANA_ADMIN_PASSWORD",)
 
 
-def local_images_selected() -> bool:
+def recorded() -> dict:
+    """What the last compose `up` used ({} when none is on record or the record is unreadable)."""
+    try:
+        record = json.loads((state_dir() / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def recorded_up() -> bool:
+    """An earlier `up` is on record and its engine answers (down/status/logs then act on it)."""
+    return bool(recorded()) and engine_problem(compose_environment(creating=False)) is None
+
+
+def _remember(local: bool, model: str) -> None:
+    folder = state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {
+        "images": "local" if local else "official",
+        "model": model,
+        "docker_host": os.environ.get("DOCKER_HOST", ""),
+    }
+    (folder / RECORD_FILE).write_text(json.dumps(record) + "\n")
+
+
+def _forget() -> None:
+    (state_dir() / RECORD_FILE).unlink(missing_ok=True)
+
+
+def local_images_selected(remembered: bool = False) -> bool:
+    """IMAGES=local; for down/status/logs (remembered) without IMAGES, the set `up` used."""
     value = os.environ.get(IMAGES_ENV, "").strip().lower()
     if value not in ("", "official", "local"):
         raise LeakwatchError(f"{IMAGES_ENV}={value!r} is not one of: official (the default), local")
+    if not value and remembered:
+        return recorded().get("images") == "local"
     return value == "local"
 
 
@@ -47,28 +87,34 @@ def compose_command() -> list[str]:
     )
 
 
-def compose_environment() -> dict[str, str]:
-    """The compose process's environment: the engine's own socket for the socket proxy to mount."""
+def compose_environment(creating: bool = True, local: bool | None = None) -> dict[str, str]:
+    """The compose process's environment: the engine `up` used (unless DOCKER_HOST is set), its
+    socket for the socket proxy to mount, and placeholders where a value is not really needed."""
     env = dict(os.environ)
+    if not creating and "DOCKER_HOST" not in env and recorded().get("docker_host"):
+        env["DOCKER_HOST"] = recorded()["docker_host"]
     host = env.get("DOCKER_HOST", "")
     if host.startswith("unix://") and "DOCKER_SOCKET" not in env:
         env["DOCKER_SOCKET"] = host.removeprefix("unix://")
-    if local_images_selected() and not env.get("GRAFANA_ADMIN_PASSWORD", "").strip():
-        # compose.yaml refuses to resolve without one; the local set does not start Grafana, so a
-        # throwaway value guards nothing and is never shown.
-        import secrets
+    local = local_images_selected(remembered=not creating) if local is None else local
+    given = {**read_env_file(), **env}
+    for name in CREATE_ONLY_VARIABLES:
+        if not given.get(name, "").strip() and (local or not creating):
+            # The local set starts no Grafana, and down/ps/logs create nothing: a throwaway value
+            # guards nothing and is never shown.
+            import secrets
 
-        env["GRAFANA_ADMIN_PASSWORD"] = secrets.token_urlsafe(24)
+            env[name] = secrets.token_urlsafe(24)
     return env
 
 
-def engine_problem() -> str | None:
+def engine_problem(env: dict[str, str] | None = None) -> str | None:
     """None when a Docker engine answers; otherwise why not, in a few words."""
     if not shutil.which("docker"):
         return "the docker CLI is not installed"
     try:
         result = subprocess.run(
-            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=15
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=15, env=env
         )
     except subprocess.TimeoutExpired:
         return "`docker info` timed out"
@@ -89,24 +135,55 @@ def read_env_file(path=ENV_FILE) -> dict[str, str]:
     return values
 
 
-def _compose(*args: str, model: str | None = None, extra_files: tuple = ()) -> list[str]:
+def _compose(*args: str, model: str | None = None, extra_files: tuple = (), local: bool = False) -> list[str]:
     profile_args = ["--profile", model] if model else ["--profile", "*"]
-    files = ["-f", str(COMPOSE_FILE), *(["-f", str(LOCAL_OVERRIDE)] if local_images_selected() else [])]
+    files = ["-f", str(COMPOSE_FILE), *(["-f", str(LOCAL_OVERRIDE)] if local else [])]
     files += [arg for path in extra_files for arg in ("-f", str(path))]  # e.g. the drill's override
     return [*compose_command(), *files, "--project-directory", str(REPO_ROOT), *profile_args, *args]
 
 
-def _run(cmd: list[str], check: bool = False) -> int:
-    return subprocess.run(cmd, check=check, env=compose_environment()).returncode
+def _run(cmd: list[str], env: dict[str, str]) -> int:
+    try:
+        return subprocess.run(cmd, env=env).returncode
+    except OSError as exc:
+        raise LeakwatchError(f"cannot run {cmd[0]}: {exc.strerror}") from None
 
 
-def require_engine() -> None:
-    problem = engine_problem()
+def _manage(*args: str) -> int:
+    """down / ps / logs on the stack `up` recorded (image set, engine), needing none of its secrets."""
+    local = local_images_selected(remembered=True)
+    env = compose_environment(creating=False, local=local)
+    problem = engine_problem(env)
+    if problem:
+        raise LeakwatchError(
+            f"no Docker engine to ask about the compose stack: {problem}"
+            + (f" (make up used DOCKER_HOST={env['DOCKER_HOST']})" if env.get("DOCKER_HOST") else "")
+        )
+    return _run(_compose(*args, local=local), env)
+
+
+def require_engine(env: dict[str, str] | None = None) -> None:
+    problem = engine_problem(env)
     if problem:
         raise LeakwatchError(
             f"STACK=compose needs a running Docker engine, but {problem}. Start Docker, or run the same "
             f"stack as native processes with STACK=native"
         )
+
+
+def require_mount_propagation(local: bool, env: dict[str, str]) -> None:
+    """Fails fast when the engine cannot make the plan's rslave binds (engine_mounts.py)."""
+    import yaml
+
+    from .engine_mounts import rslave_problem
+
+    plan: dict = {"services": {}}
+    for path in [COMPOSE_FILE, *([LOCAL_OVERRIDE] if local else [])]:
+        for name, service in (yaml.safe_load(path.read_text()).get("services") or {}).items():
+            plan["services"].setdefault(name, {}).setdefault("volumes", []).extend(service.get("volumes") or [])
+    problem = rslave_problem(plan, env.get("DOCKER_HOST"))
+    if problem:
+        raise LeakwatchError(problem)
 
 
 def require_grafana_password() -> None:
@@ -136,19 +213,19 @@ def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
     local = local_images_selected()
     if not local:
         require_grafana_password()
-    require_engine()
+    env = compose_environment(creating=True, local=local)
+    require_engine(env)
+    require_mount_propagation(local, env)
     ensure_healer_token()
     if local:
         from . import local_images
 
         print("compose: building the local image set where its inputs changed (IMAGES=local)", file=out, flush=True)
         local_images.ensure(out=out)
-    try:
-        _run(_compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files), check=True)
-    except subprocess.CalledProcessError:
-        raise LeakwatchError(
-            "docker compose up did not get every service healthy; see `make status` and `make logs`"
-        ) from None
+    # Before compose starts anything: a `make down` after a half-finished `up` still finds it all.
+    _remember(local, profile.name)
+    if _run(_compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files, local=local), env) != 0:
+        raise LeakwatchError("docker compose up did not get every service healthy; see `make status` and `make logs`")
     settings = load_settings()
     host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
     grafana = (
@@ -176,15 +253,15 @@ def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
 
 
 def down() -> None:
-    require_engine()
-    _run(_compose("down"), check=True)
+    code = _manage("down")
+    if code != 0:
+        raise LeakwatchError(f"docker compose down failed (exit {code}); its message is above")
+    _forget()
 
 
 def status() -> bool:
-    require_engine()
-    return _run(_compose("ps")) == 0
+    return _manage("ps") == 0
 
 
 def logs(follow: bool = True) -> int:
-    require_engine()
-    return _run(_compose("logs", *(["-f"] if follow else []), "--tail", "50"))
+    return _manage("logs", *(["-f"] if follow else []), "--tail", "50")

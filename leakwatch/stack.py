@@ -45,9 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     native = NativeStack()
-    # A running native stack is always the one to act on for down/status/logs.
+    # A running native stack is always the one to act on for down/status/logs; else the compose
+    # stack an earlier `up` recorded (it knows its engine, even one DOCKER_HOST named then).
     if args.action != "up" and (native.is_running() or args.runner == "native"):
         runner = "native"
+    elif args.action != "up" and (args.runner or "auto").strip().lower() == "auto" and compose_runner.recorded_up():
+        runner = "compose"
     elif args.action == "up" and args.canary and (args.runner or "auto").strip().lower() == "auto":
         runner = "native"  # the canary topology exists in the native runner only so far
     else:

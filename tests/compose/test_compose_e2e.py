@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import subprocess
 import threading
 import time
@@ -74,7 +75,10 @@ def test_up_waits_for_every_service_healthy_and_prints_the_url_table(compose_sta
 
 
 def test_status_and_logs(compose_stack):
-    status = compose_stack.make("status").stdout
+    # Bare, as a newcomer types it: the runner, image set and engine come from what `make up` recorded.
+    result = make_bare("status")
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr, result.stderr[-2000:]
+    status = result.stdout
     for service in SERVICES:
         assert compose_stack.container(service) in status, status
     # `make logs` follows; the same command without following:
@@ -329,7 +333,11 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
     first_sample = compose_stack.http.prom_query('min_over_time(timestamp(up{job="prometheus"})[1h:15s])')
     assert first_sample, "Prometheus has no history yet"
     oldest = float(first_sample[0]["value"][1])
-    compose_stack.make("down")
+    # Issue 35: `make down` with nothing but what a newcomer types (no IMAGES, STACK, DOCKER_HOST or
+    # .env): it acts on the stack `make up` recorded, needs none of its secrets, prints no traceback.
+    assert not (REPO_ROOT / ".env").exists() or "GRAFANA_ADMIN_PASSWORD" not in (REPO_ROOT / ".env").read_text()
+    down = make_bare("down")
+    assert down.returncode == 0 and "Traceback" not in down.stdout + down.stderr, down.stdout + down.stderr
     assert compose_stack.project_objects("containers") == []
     assert compose_stack.project_objects("networks") == []
     volumes = compose_stack.project_objects("volumes")
@@ -350,6 +358,15 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
         return result and float(result[0]["value"][1]) <= oldest + 15
 
     compose_stack.wait_for("Prometheus to serve the history from before `make down`", history, timeout=180)
+
+
+def make_bare(*targets: str) -> subprocess.CompletedProcess:
+    """`make <targets>` in the environment of a user who typed only that (no stack settings)."""
+    drop = ("IMAGES", "STACK", "MODEL", "DOCKER_HOST", "DOCKER_CONFIG", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.endswith("_PORT")}
+    return subprocess.run(
+        ["make", "--no-print-directory", *targets], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def rfc3339_seconds(stamp: str) -> float:

@@ -1,4 +1,5 @@
-"""Bad input to `make up` / `leakwatch stack` gets a clear error naming the problem, and starts nothing."""
+"""Bad input to `make up` / `leakwatch stack` gets a clear error naming the problem, and starts nothing;
+the expected failures of down, status and logs too (issue 35): one line, never a traceback."""
 
 from __future__ import annotations
 
@@ -99,3 +100,58 @@ def test_compose_without_grafana_password(isolated_env):
 def test_bad_bind_address(isolated_env):
     result = leakwatch("stack", "up", "--runner", "native", env={**isolated_env, "BIND_ADDRESS": "everywhere"})
     assert result.returncode == 2 and "BIND_ADDRESS='everywhere' is not an IP address" in result.stderr
+
+
+NO_ENGINE = "unix:///nonexistent/leakwatch-test-docker.sock"
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess, *needles: str) -> None:
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in out, out
+    assert any("error:" in line for line in result.stderr.splitlines()), out
+    for needle in needles:
+        assert needle in out, (needle, out)
+
+
+@pytest.mark.parametrize(
+    "args, env, needles",
+    [
+        (["stack", "down", "--runner", "compose"], {"DOCKER_HOST": NO_ENGINE}, ["no Docker engine to ask"]),
+        (["stack", "status", "--runner", "compose"], {"DOCKER_HOST": NO_ENGINE}, ["no Docker engine to ask"]),
+        (["stack", "logs", "--no-follow", "--runner", "compose"], {"DOCKER_HOST": NO_ENGINE}, ["no Docker engine"]),
+        (
+            ["stack", "up", "--runner", "compose"],
+            {"DOCKER_HOST": NO_ENGINE, "IMAGES": "local"},
+            ["needs a running Docker engine", "STACK=native"],
+        ),
+        (["stack", "up", "--runner", "compose"], {"IMAGES": "bogus"}, ["IMAGES='bogus' is not one of"]),
+    ],
+    ids=["down-no-engine", "status-no-engine", "logs-no-engine", "up-no-engine", "bad-images"],
+)
+def test_compose_commands_fail_with_one_clear_line(isolated_env, args, env, needles):
+    assert_one_clear_line(leakwatch(*args, env={**isolated_env, **env}), *needles)
+
+
+@pytest.mark.parametrize("target", ["down", "status"])
+def test_make_targets_on_a_compose_stack_without_an_engine(isolated_env, target):
+    result = subprocess.run(
+        ["make", "--no-print-directory", target, "STACK=compose"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env={**os.environ, **isolated_env, "DOCKER_HOST": NO_ENGINE},
+    )
+    assert_one_clear_line(result, "no Docker engine to ask")
+
+
+def test_the_healers_port_in_use_is_named_not_a_traceback(isolated_env, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("t" * 40)
+    token.chmod(0o600)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = leakwatch("heal", "--port", str(port), "--token-file", str(token), env=isolated_env)
+    assert_one_clear_line(result, f"cannot listen on 127.0.0.1:{port}")

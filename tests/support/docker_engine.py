@@ -158,6 +158,39 @@ def start(compose_binary: str, timeout_s: float = 120) -> Engine:
     raise EngineUnavailable(f"dockerd did not answer within {timeout_s:.0f}s: {reason}")
 
 
+def start_bare(folder: Path, propagation: str, compose_binary: str, timeout_s: float = 120) -> Engine:
+    """A throwaway dockerd with everything under `folder` (an empty image store, no iptables rules),
+    in a mount namespace whose root has the given propagation (`private`: what a container or a
+    hand-started daemon often has). For checks that never get as far as starting a container."""
+    if os.geteuid() != 0 or not shutil.which("dockerd") or not shutil.which("unshare"):
+        raise EngineUnavailable("a throwaway dockerd needs root, dockerd and unshare")
+    socket = folder / "docker.sock"
+    host = f"unix://{socket}"
+    config = compose_plugin_dir(compose_binary)
+    log = open(folder / "dockerd.log", "ab")
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", propagation, "--", "dockerd"]
+        + ["--data-root", str(folder / "data"), "--exec-root", str(folder / "exec"), "--host", host]
+        + ["--pidfile", str(folder / "docker.pid"), "--bridge", "none", "--iptables=false", "--log-level", "warn"],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    reason = "not started"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EngineUnavailable(
+                f"dockerd exited with {proc.returncode}: {(folder / 'dockerd.log').read_text()[-500:]}"
+            )
+        reason = _answers(host, config)
+        if reason is None:
+            return Engine(host, config, proc.pid)
+        time.sleep(1)
+    stop(Engine(host, config, proc.pid))
+    raise EngineUnavailable(f"dockerd did not answer within {timeout_s:.0f}s: {reason}")
+
+
 def stop(engine: Engine, timeout_s: float = 60) -> None:
     """SIGTERM to our dockerd (it stops its containers first), SIGKILL if it lingers."""
     if engine.pid is None:
