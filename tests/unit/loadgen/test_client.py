@@ -188,28 +188,31 @@ def test_an_idle_connection_is_replaced_before_it_goes_stale(monkeypatch):
 
 
 def test_opening_a_connection_is_not_counted_in_the_time_to_first_token():
-    """Another user's greenlet holds the event loop for 300 ms while this one opens its connection
+    """Another user's greenlet holds the event loop for a second while this one opens its connection
     (what 256 users starting together do to each other): the time goes to `connect`, not to TTFT.
-    Before the connection was opened inside the clock, TTFT read 300 ms for a server that answers
-    at once. The second request reuses the connection and pays (almost) nothing."""
+    Before the connection was opened inside the clock, TTFT read the whole hold for a server that
+    answers at once. The second request reuses the connection. The hold is long enough that a busy
+    machine's scheduling (tens of ms) cannot blur which side of the clock it fell on."""
     import time
 
     import gevent
 
+    hold_s = 1.0
+
     def hog_the_loop():
-        end = time.perf_counter() + 0.3
+        end = time.perf_counter() + hold_s
         while time.perf_counter() < end:
             pass
 
     with FakeServer(Stream(good_stream(3))) as server:
-        client = StreamingClient(server.url, request_timeout=5)
+        client = StreamingClient(server.url, request_timeout=30)
         body = request_body("completions", "demo", "hi", 3, True)
         gevent.spawn(hog_the_loop)  # runs at this greenlet's first switch: while it connects
         first = client.stream("completions", body)
         second = client.stream("completions", body)
         client.close()
     assert first.ok and second.ok, (first.message, second.message)
-    assert first.connect >= 0.29
-    assert first.ttft < 0.1 and first.e2e < 0.2
-    assert second.connect < 0.05 and not second.retried
+    assert first.connect >= hold_s * 0.99, first.connect
+    assert first.ttft < hold_s / 2 and first.e2e < hold_s / 2, (first.ttft, first.e2e)
+    assert second.connect < hold_s / 2 and not second.retried, second.connect
     assert len(server.requests) == 2
