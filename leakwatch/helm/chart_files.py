@@ -126,7 +126,12 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
         path = Path(tmp) / "alerts.yaml"
         path.write_text(yaml.safe_dump(kubernetes_thresholds(config), sort_keys=False))
         docs = render_rules(config=path)
-    return [group for doc in docs.values() for group in doc["groups"]]
+    groups = []
+    for group in (g for doc in docs.values() for g in doc["groups"]):
+        rules = [r for r in group["rules"] if r.get("alert") not in identity.LEFT_TO_KUBE_PROMETHEUS_STACK]
+        if rules:
+            groups.append({**group, "rules": rules})
+    return groups
 
 
 def _dashboard(text: str) -> str:
@@ -284,8 +289,13 @@ def _model_schema() -> dict:
     props["image"]["required"] = ["repository", "tag"]
     props["nodeSelector"] = {"type": "object"}
     props["tolerations"] = {"type": "array"}
-    entry["required"] = ["args", "image", "servedModelName", "source", "startupBudgetSeconds", "resources"]
+    # Without `enabled` a model renders no Deployment, yet NOTES would count it (issue 33).
+    entry["required"] = ["enabled", "args", "image", "servedModelName", "source", "startupBudgetSeconds", "resources"]
     return entry
+
+
+# prometheus-operator's Duration pattern (the CRDs reject anything else), or empty for the default.
+DURATION = "^(|0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 
 
 def values_schema() -> dict:
@@ -300,6 +310,12 @@ def values_schema() -> dict:
     props = schema["properties"]
     props["models"] = {"type": "object", "additionalProperties": _model_schema()}
     props["monitoring"]["properties"]["kind"] = {"enum": ["PodMonitor", "ServiceMonitor"]}
+    props["monitoring"]["properties"]["interval"] = {"type": "string", "pattern": DURATION}
+    # A zero period divides by zero in the start-up probe's threshold; a zero budget blocks every
+    # eviction, node drains and the healer's included.
+    for key in ("periodSeconds", "timeoutSeconds"):
+        props["probes"]["properties"][key]["minimum"] = 1
+    props["podDisruptionBudget"]["properties"]["maxUnavailable"]["minimum"] = 1
     props["prometheusRule"]["properties"]["groups"] = {
         "type": "array",
         "items": {"type": "object", "required": ["name", "rules"]},

@@ -38,3 +38,11 @@ def rule_selectors(base: dict[str, str]) -> dict[str, str]:
     selectors["vllm"] = f'job="{JOBS["vllm"]}"'
     selectors["node"] = f'job="{JOBS["node"]}"'
     return selectors
+
+
+# Alerts of the compose/native stacks that kube-prometheus-stack already ships under the same names
+# (TargetDown, Watchdog, PrometheusRuleFailures) or its own (AlertmanagerFailedToSendAlerts): in a
+# shared cluster ours would duplicate them, and our TargetDown (`up == 0`) would page for every
+# target of every team. The chart leaves them out; a down exporter sidecar or vLLM is still
+# kube-prometheus-stack's TargetDown, and vLLM's own is VLLMDown.
+LEFT_TO_KUBE_PROMETHEUS_STACK = ("TargetDown", "Watchdog", "PrometheusRuleFailures", "AlertmanagerNotificationsFailing")

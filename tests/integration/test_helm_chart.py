@@ -111,6 +111,32 @@ def test_bad_values_get_a_clear_error():
         engine.render(engine.load_values(VALUES_FILES[0], overrides={"models": {"demo": {"replicas": 0}}}))
 
 
+@pytest.mark.parametrize(
+    "overrides, where",
+    [
+        # Rendering divided by zero (the start-up probe's failureThreshold is budget / period).
+        ({"probes": {"periodSeconds": 0}}, "periodSeconds"),
+        # A budget that allows no disruption blocks every eviction: node drains and the healer's.
+        ({"podDisruptionBudget": {"maxUnavailable": 0}}, "maxUnavailable"),
+        # The CRD would reject it at install time, after the chart rendered.
+        ({"monitoring": {"interval": "abc"}}, "interval"),
+    ],
+    ids=["probe-period-0", "pdb-0", "interval-abc"],
+)
+def test_the_schema_refuses_values_that_break_the_release(overrides, where):
+    """Issue 33: each of these rendered, then failed later or blocked every eviction."""
+    with pytest.raises(LeakwatchError, match=where):
+        engine.render(engine.load_values(VALUES_FILES[0], overrides=overrides))
+
+
+def test_a_model_entry_without_enabled_is_refused():
+    """Without `enabled` no Deployment rendered, yet NOTES counted the model and printed a port-forward."""
+    values = engine.load_values(VALUES_FILES[0])
+    del values["models"]["demo"]["enabled"]
+    with pytest.raises(LeakwatchError, match="enabled"):
+        engine.render(values)
+
+
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
 def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file):
     profile = model_profiles.load(values_file.stem.removeprefix("values-"))
@@ -136,6 +162,8 @@ def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file
     assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_budget_s(profile)
     assert vllm["readinessProbe"]["httpGet"]["path"] == "/v1/models"
     assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    # Issue 33: the monitoring sidecar never takes the serving pod out of its Service.
+    assert "readinessProbe" not in exporter and "livenessProbe" not in exporter
     limits = vllm["resources"]["limits"]
     if profile.needs_gpu:
         # DCGM attributes a card's memory to the pod that the device plugin gave it to.
@@ -190,6 +218,11 @@ def test_prometheus_rule_is_the_generated_groups_with_runbooks(rendered):
     for alert in alerts:
         assert alert["labels"]["severity"] and alert["annotations"]["summary"] and alert["annotations"]["description"]
         assert alert["annotations"]["runbook_url"].endswith("#" + alert["alert"].lower())
+    # Issue 33: kube-prometheus-stack ships these; ours would duplicate them (and our TargetDown
+    # would page for every target in the cluster).
+    names = {a["alert"] for a in alerts}
+    assert not names & set(identity.LEFT_TO_KUBE_PROMETHEUS_STACK), names
+    assert {"VLLMDown", "HostMemoryLeak", "HostMemoryRunningOut"} <= names
 
 
 def test_prometheus_rule_groups_from_values_replace_the_generated_ones():
