@@ -18,6 +18,7 @@ from leakwatch.engine_mounts import dockerd_pid, root_propagation
 from leakwatch.paths import REPO_ROOT
 from tests.support.compose_support import compose_binary
 from tests.support.docker_engine import EngineUnavailable, start_bare, stop
+from tests.support.native_stack import short_state_dir
 
 
 def bare_env(**extra: str) -> dict[str, str]:
@@ -33,9 +34,12 @@ def make(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.Co
     )
 
 
-def test_up_on_an_engine_with_a_private_root_mount_stops_before_building_and_says_what_to_do(tmp_path):
+def test_up_on_an_engine_with_a_private_root_mount_stops_before_building_and_says_what_to_do():
+    # Not pytest's tmp_path: under xdist its paths pass the 108-byte limit of the containerd socket
+    # that dockerd puts under the folder (dockerd then exits).
+    folder = short_state_dir("lw-dk-")
     try:
-        engine = start_bare(tmp_path, "private", compose_binary())
+        engine = start_bare(folder, "private", compose_binary())
     except EngineUnavailable as exc:
         pytest.skip(f"no throwaway Docker engine: {exc}")
     try:
