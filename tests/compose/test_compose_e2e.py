@@ -222,6 +222,51 @@ print(json.dumps([c["Names"] for c in json.load(urllib.request.urlopen({PROXY + 
     assert json.loads(compose_stack.exec_in("healer", code)) == [[f"/{compose_stack.container(VLLM)}"]]
 
 
+def engine_request(stack: ComposeStack, method: str, path: str, body: dict | None = None) -> int:
+    """HTTP status of a request sent straight to the engine's socket (what the proxy stands in front of)."""
+    import http.client
+    import socket as socket_module
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            self.sock.settimeout(60)
+            self.sock.connect(stack.engine.host.removeprefix("unix://"))
+
+    conn = UnixConnection("docker")
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_engine_applies_a_hostconfig_sent_with_a_versioned_start_and_the_proxy_refuses_it(compose_stack):
+    """Issue 32 N1, the attack itself: Debian's dockerd 20.10 (this tier's engine) applies a HostConfig
+    in the body of `POST /v1.23/containers/<id>/start`, so a start through a proxy that passed
+    bodies could run the exporter in the host's PID namespace with host files mounted. On an engine
+    that refuses API 1.23 (Docker >= 25) the first half does not apply; the proxy refuses either way."""
+    if not compose_stack.engine.host.startswith("unix://"):
+        pytest.skip("the engine's socket is not on this host")
+    probe = f"{PROJECT}-injection-probe"
+    compose_stack.docker("rm", "-f", probe, check=False)
+    compose_stack.docker("create", "--name", probe, "leakwatch-local/tools:bookworm", "sleep", "60")
+    injection = {"PidMode": "host", "Binds": ["/etc/hostname:/host-hostname:ro"]}
+    try:
+        status = engine_request(compose_stack, "POST", f"/v1.23/containers/{probe}/start", injection)
+        host_config = json.loads(compose_stack.docker("inspect", probe))[0]["HostConfig"]
+        if status == 204:
+            assert host_config["PidMode"] == "host" and injection["Binds"][0] in host_config["Binds"], host_config
+        else:
+            assert status == 400 and host_config["PidMode"] != "host", (status, host_config)
+    finally:
+        compose_stack.docker("rm", "-f", probe, check=False)
+    exporter = compose_stack.container(EXPORTER)
+    assert proxy_call(compose_stack, "POST", f"/v1.23/containers/{exporter}/start", injection) == 403
+    assert compose_stack.inspect(EXPORTER)["HostConfig"]["PidMode"] != "host"
+
+
 def test_a_leftover_vllm_of_another_stack_does_not_confuse_the_healer(compose_stack):
     """A stopped container carrying the vLLM label under another project: the healer's lookup
     (project + running) still finds exactly one."""
