@@ -105,6 +105,12 @@ class Policy:
     def remediable(self, alert: Alert) -> bool:
         return self.refusal(alert) is None
 
+    def already_decided(self, alert: Alert) -> bool:
+        """This firing episode was acted on, or began before the last restart (DUPLICATE, HANDLED)."""
+        with self.lock:
+            last = max(self.state.restarts, default=None)
+            return alert.key in self.state.seen or (last is not None and alert.starts_at <= last)
+
     def restarts_last_hour(self, now: float | None = None) -> int:
         now = self.clock() if now is None else now
         return sum(1 for t in self.state.restarts if now - t < HOUR)

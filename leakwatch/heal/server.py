@@ -105,7 +105,9 @@ class Healer:
         if target is None:
             return None
         for alert in alerts:
-            if alert.status != "firing":
+            # An episode already acted on names a pod that is gone by now: its repeats are duplicates
+            # (200), not refusals that Alertmanager would count as failed notifications.
+            if alert.status != "firing" or self.policy.already_decided(alert):
                 continue
             try:
                 target(alert.labels)
