@@ -144,18 +144,22 @@ def start(compose_binary: str, timeout_s: float = 120) -> Engine:
         stderr=log,
         start_new_session=True,
     )
+    return _answering(proc, host, config, STATE / "dockerd.log", timeout_s, EngineUnavailable)
+
+
+def _answering(proc, host: str, config: Path, log: Path, timeout_s: float, failure: type[Exception]) -> Engine:
+    """The engine once `docker info` answers; `failure` (with the log's tail) if dockerd exits or stays silent."""
     deadline = time.monotonic() + timeout_s
     reason = "not started"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = (STATE / "dockerd.log").read_text(errors="replace")[-500:]
-            raise EngineUnavailable(f"dockerd exited with {proc.returncode}: {tail}")
+            raise failure(f"dockerd exited with {proc.returncode}: {log.read_text(errors='replace')[-800:]}")
         reason = _answers(host, config)
         if reason is None:
             return Engine(host, config, proc.pid)
         time.sleep(1)
     stop(Engine(host, config, proc.pid))
-    raise EngineUnavailable(f"dockerd did not answer within {timeout_s:.0f}s: {reason}")
+    raise failure(f"dockerd did not answer within {timeout_s:.0f}s: {reason}")
 
 
 def start_bare(folder: Path, propagation: str, compose_binary: str, timeout_s: float = 120) -> Engine:
@@ -177,18 +181,8 @@ def start_bare(folder: Path, propagation: str, compose_binary: str, timeout_s: f
         stderr=log,
         start_new_session=True,
     )
-    deadline = time.monotonic() + timeout_s
-    reason = "not started"
     # With the prerequisites there, a daemon that does not come up is a failure, not a skip.
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"dockerd exited with {proc.returncode}: {(folder / 'dockerd.log').read_text()[-800:]}")
-        reason = _answers(host, config)
-        if reason is None:
-            return Engine(host, config, proc.pid)
-        time.sleep(1)
-    stop(Engine(host, config, proc.pid))
-    raise RuntimeError(f"dockerd did not answer within {timeout_s:.0f}s: {reason}")
+    return _answering(proc, host, config, folder / "dockerd.log", timeout_s, RuntimeError)
 
 
 def stop(engine: Engine, timeout_s: float = 60) -> None:
