@@ -126,12 +126,7 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
         path = Path(tmp) / "alerts.yaml"
         path.write_text(yaml.safe_dump(kubernetes_thresholds(config), sort_keys=False))
         docs = render_rules(config=path)
-    groups = []
-    for group in (g for doc in docs.values() for g in doc["groups"]):
-        rules = [r for r in group["rules"] if r.get("alert") not in identity.LEFT_TO_KUBE_PROMETHEUS_STACK]
-        if rules:
-            groups.append({**group, "rules": rules})
-    return groups
+    return identity.without_kube_prometheus_stack_alerts([g for doc in docs.values() for g in doc["groups"]])
 
 
 def _dashboard(text: str) -> str:

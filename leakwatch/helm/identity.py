@@ -46,3 +46,13 @@ def rule_selectors(base: dict[str, str]) -> dict[str, str]:
 # target of every team. The chart leaves them out; a down exporter sidecar or vLLM is still
 # kube-prometheus-stack's TargetDown, and vLLM's own is VLLMDown.
 LEFT_TO_KUBE_PROMETHEUS_STACK = ("TargetDown", "Watchdog", "PrometheusRuleFailures", "AlertmanagerNotificationsFailing")
+
+
+def without_kube_prometheus_stack_alerts(groups: list[dict]) -> list[dict]:
+    """Rule groups less the alerts above (a group left empty goes too)."""
+    kept = []
+    for group in groups:
+        rules = [r for r in group["rules"] if r.get("alert") not in LEFT_TO_KUBE_PROMETHEUS_STACK]
+        if rules:
+            kept.append({**group, "rules": rules})
+    return kept

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ from leakwatch.paths import REPO_ROOT
 from leakwatch.settings import load as load_settings
 from leakwatch.topology import exporter_service, vllm_service
 from tests.support.compose_stack import ComposeStack, StackHTTP, stack_env
+from tests.support.compose_support import bare_env
 from tests.support.native_stack import assert_no_vllm_running, stack_port_env
 
 # The first test also pays for the shared stack: on a fresh clone that includes the cold local image
@@ -407,10 +407,13 @@ def test_down_removes_containers_and_networks_keeps_volumes_and_up_reuses_them(c
 
 def make_bare(*targets: str) -> subprocess.CompletedProcess:
     """`make <targets>` in the environment of a user who typed only that (no stack settings)."""
-    drop = ("IMAGES", "STACK", "MODEL", "DOCKER_HOST", "DOCKER_CONFIG", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.endswith("_PORT")}
     return subprocess.run(
-        ["make", "--no-print-directory", *targets], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+        ["make", "--no-print-directory", *targets],
+        cwd=REPO_ROOT,
+        env=bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

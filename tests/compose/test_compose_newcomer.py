@@ -16,16 +16,9 @@ import pytest
 
 from leakwatch.engine_mounts import dockerd_pid, root_propagation
 from leakwatch.paths import REPO_ROOT
-from tests.support.compose_support import compose_binary
+from tests.support.compose_support import bare_env, compose_binary
 from tests.support.docker_engine import EngineUnavailable, start_bare, stop
 from tests.support.native_stack import short_state_dir
-
-
-def bare_env(**extra: str) -> dict[str, str]:
-    """The environment of a user who typed only what the README says: no ports, no secrets."""
-    drop = ("IMAGES", "STACK", "MODEL", "DOCKER_HOST", "DOCKER_CONFIG", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.endswith("_PORT")}
-    return {**env, **extra}
 
 
 def make(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:

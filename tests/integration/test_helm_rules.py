@@ -31,12 +31,7 @@ def chart_rules() -> list[dict]:
 
 def compose_groups() -> list[dict]:
     """The compose stack's groups less the alerts the chart leaves to kube-prometheus-stack."""
-    groups = []
-    for group in (g for doc in render_rules().values() for g in doc["groups"]):
-        rules = [r for r in group["rules"] if r.get("alert") not in identity.LEFT_TO_KUBE_PROMETHEUS_STACK]
-        if rules:
-            groups.append({**group, "rules": rules})
-    return groups
+    return identity.without_kube_prometheus_stack_alerts([g for doc in render_rules().values() for g in doc["groups"]])
 
 
 def _to_compose_vocabulary(expr: str) -> str:

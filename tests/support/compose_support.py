@@ -45,3 +45,15 @@ def resolved(profile: str, env: dict[str, str] | None = None, compose_file: Path
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+# What `make up` / `make down` get when a user types only the README's command: no stack settings.
+STACK_SETTINGS = ("IMAGES", "STACK", "MODEL", "DOCKER_HOST", "DOCKER_CONFIG", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE")
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any stack setting or *_PORT override, plus `extra`."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in STACK_SETTINGS and not k.endswith("_PORT")}
+    return {**env, **extra}
