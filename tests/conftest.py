@@ -100,13 +100,14 @@ def docker_engine():
         stop(engine)
 
 
-SHARED_STACK_ORDER = ("quiet_stack", None, "storm", "leaks_into_stack")  # marks, in the order they run
+SHARED_STACK_ORDER = ("quiet_stack", None, "storm", "leaks_into_stack", "stops_stack")  # marks, in the order they run
 
 
 def vllm_order(item) -> int:
     """Where a vLLM test runs in its worker's queue: the shared stack's tests first (those that need
-    it quiet, the unmarked ones, storms that saturate it, then the exporter's leak test that leaks into
-    it and restarts it), then the modules with stacks of their own, then the compose stack."""
+    it quiet, the unmarked ones, storms that saturate it, the exporter's leak test that leaks into it
+    and restarts it, then `make down` on it), then the modules with stacks of their own, then the
+    compose stack."""
     if tier(item) == "compose":
         return len(SHARED_STACK_ORDER) + 1
     if not uses_shared_stack(item):

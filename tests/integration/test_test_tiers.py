@@ -1,6 +1,6 @@
 """`make test` runs two xdist workers with `--dist loadgroup` and relies on tests/conftest.py's schedule:
 every test of a vLLM tier (stack, compose) on one worker, the shared stack's tests first (quiet, plain,
-storm, then the one that leaks into it), then each module with a stack of its own, then compose, so
+storm, the one that leaks into it, `make down` on it), then each module with a stack of its own, then compose, so
 that at most one vLLM runs at any moment; the shared stack is stopped after its last test, before the
 first module stack starts. pytest 9.2 with xdist 3.8
 once silently ignored xdist_group (pytest-dev/pytest-xdist#1386): stack tests spread over both workers
@@ -55,7 +55,7 @@ def record(request):
 
 
 def pytest_configure(config):
-    for name in ("unit", "integration", "stack", "compose", "soak", "quiet_stack", "storm", "leaks_into_stack"):
+    for name in ("unit", "integration", "stack", "compose", "soak", "quiet_stack", "storm", "leaks_into_stack", "stops_stack"):
         config.addinivalue_line("markers", f"{name}: a tier or an order")
 """
 
@@ -76,6 +76,9 @@ def write_suite(root) -> None:
     (tests / "stack/test_shared_leaks.py").write_text(
         "import pytest\npytestmark = pytest.mark.leaks_into_stack\n"
         + "".join(f"def test_{i}(native_stack):\n    pass\n" for i in range(2))
+    )
+    (tests / "stack/test_shared_down.py").write_text(
+        "import pytest\n@pytest.mark.stops_stack\ndef test_down(native_stack):\n    pass\n"
     )
     (tests / "stack/test_shared_quiet.py").write_text(
         "import pytest\n@pytest.mark.quiet_stack\ndef test_quiet(native_stack):\n    pass\n"
@@ -107,7 +110,7 @@ def test_vllm_tiers_run_on_one_worker_shared_stack_first_and_stopped_before_the_
     events = (tmp_path / "events.log").read_text().splitlines()
     runs = [re.match(r"(gw\d) run tests/(\w+)/(\w+)\.py::", e) for e in events]
     ran = [(m.group(1), m.group(2), m.group(3)) for m in runs if m]
-    assert len(ran) == 2 * 3 + 2 + 2 + 2 * 3 + 3 + 2 * 4 * 4, events
+    assert len(ran) == 2 * 3 + 2 + 2 + 1 + 2 * 3 + 3 + 2 * 4 * 4, events
     vllm_workers = {worker for worker, folder, _ in ran if folder in ("stack", "compose")}
     assert len(vllm_workers) == 1, f"the vLLM tiers ran on {sorted(vllm_workers)}:\n" + "\n".join(events)
     (worker,) = vllm_workers
@@ -120,6 +123,6 @@ def test_vllm_tiers_run_on_one_worker_shared_stack_first_and_stopped_before_the_
     assert order[0] == "start-shared", story
     assert order[1] == "test_shared_quiet", story
     assert set(order[2:4]) == {"test_shared_a", "test_shared_b"}, story
-    assert order[4:7] == ["test_shared_storm", "test_shared_leaks", "stop-shared"], story
-    assert set(order[7:9]) == {"test_own_c", "test_own_d"}, story  # each module once: never interleaved
-    assert order[9:] == ["test_compose"], story
+    assert order[4:8] == ["test_shared_storm", "test_shared_leaks", "test_shared_down", "stop-shared"], story
+    assert set(order[8:10]) == {"test_own_c", "test_own_d"}, story  # each module once: never interleaved
+    assert order[10:] == ["test_compose"], story
