@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -97,6 +98,13 @@ def with_matcher(expr: str, matcher: str) -> str:
     query serves each side of a comparison. A selector that already has matchers gets it appended."""
     if not matcher.strip():
         return expr
+    return rewrite_selectors(expr, lambda name, body, ranged: f"{name}{{{body + ', ' if body else ''}{matcher}}}")
+
+
+def rewrite_selectors(expr: str, replace: Callable[[str, str, bool], str]) -> str:
+    """`expr` with every series selector replaced by `replace(metric, matchers, ranged)`: the
+    metric's name, the text between its braces ("" when it has none) and whether a range (`[5m]`)
+    follows it. Functions, aggregations, keywords, strings and label lists are copied unchanged."""
     out: list[str] = []
     pos = 0
     while pos < len(expr):
@@ -110,14 +118,14 @@ def with_matcher(expr: str, matcher: str) -> str:
         rest = expr[pos:].lstrip()
         if word.lower() in PROMQL_KEYWORDS or rest.startswith("(") or _GROUPING.match(rest):
             out.append(word)  # a function, an aggregation (`sum by (x) (...)` too) or a keyword
-        elif rest.startswith("{"):
+            continue
+        body = ""
+        if rest.startswith("{"):
             body_start = expr.index("{", pos) + 1
             body_end = _selector_end(expr, body_start)
             body = expr[body_start:body_end].strip().rstrip(",")
-            out.append(f"{word}{{{body + ', ' if body else ''}{matcher}}}")
             pos = body_end + 1
-        else:
-            out.append(f"{word}{{{matcher}}}")
+        out.append(replace(word, body, expr[pos:].lstrip().startswith("[")))
     return "".join(out)
 
 

@@ -80,6 +80,10 @@ def facts(settings: StackSettings | None = None) -> dict:
             "healerWebhook": WEBHOOK_PATH,
         },
         "jobs": dict(identity.JOBS),
+        "releaseLabel": identity.RELEASE_LABEL,
+        "releasePlaceholder": identity.RELEASE_PLACEHOLDER,
+        "nodeLabel": identity.NODE_LABEL,
+        "nodeExporterPort": identity.NODE_EXPORTER_PORT,
         "modelLabel": identity.MODEL_LABEL,
         "remediationLabel": {"name": policy.label_name, "value": policy.label_value},
         "remediableAlerts": sorted(policy.alerts),
@@ -126,7 +130,8 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
         path = Path(tmp) / "alerts.yaml"
         path.write_text(yaml.safe_dump(kubernetes_thresholds(config), sort_keys=False))
         docs = render_rules(config=path)
-    return identity.without_kube_prometheus_stack_alerts([g for doc in docs.values() for g in doc["groups"]])
+    groups = identity.without_kube_prometheus_stack_alerts([g for doc in docs.values() for g in doc["groups"]])
+    return identity.scoped_to_release(groups)
 
 
 def _dashboard(text: str) -> str:

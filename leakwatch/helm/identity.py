@@ -8,6 +8,8 @@ rules can be generated before anyone installs the chart.
 
 from __future__ import annotations
 
+from ..catalogue import rewrite_selectors
+
 # `job` of each target the chart scrapes, and kube-prometheus-stack's node exporter.
 JOBS = {
     "vllm": "leakwatch-vllm",
@@ -56,3 +58,63 @@ def without_kube_prometheus_stack_alerts(groups: list[dict]) -> list[dict]:
         if rules:
             kept.append({**group, "rules": rules})
     return kept
+
+
+# -- one release among others ----------------------------------------------------------------------
+# A cluster may run other GPU workloads, other teams' targets and several releases of this chart
+# (in one namespace or several). The chart's monitors label every target they scrape with its
+# release as <namespace>/<release> (unique in a cluster) and with the node exporter's instance on
+# the pod's node; the generated rules carry RELEASE_PLACEHOLDER where the template puts this release.
+RELEASE_LABEL = "leakwatch_release"
+RELEASE_PLACEHOLDER = "__LEAKWATCH_RELEASE__"
+RELEASE_MATCHER = f'{RELEASE_LABEL}="{RELEASE_PLACEHOLDER}"'
+# kube-prometheus-stack's node exporter runs on the host network, so its `instance` is
+# <node IP>:<port>; the monitors write that into NODE_LABEL from the pod's host IP.
+NODE_LABEL = "node_instance"
+NODE_EXPORTER_PORT = 9100
+
+# Series the chart does not scrape: dcgm-exporter's (one per card, attributed to whichever pod holds
+# it) and the node exporter's (one per node). They carry no release label, so they are kept where
+# this release's vLLM pods are.
+FOREIGN_PREFIXES = {"dcgm": "DCGM_FI_", "node": "node_"}
+
+
+def release_pods(selector: str) -> str:
+    """This release's serving pods, one series each (the vLLM target's `up`, present while the pod
+    is scraped whether or not vLLM answers), selected by `selector`'s matchers."""
+    return f'up{{job="{JOBS["vllm"]}", {selector}}}'
+
+
+def scoped_series(name: str, body: str, ranged: bool, pods: str) -> str:
+    """One series selector of a rule or panel, kept to the pods `pods` selects (matchers): ours get
+    the matchers; a DCGM card counts only while one of those pods holds it, a node's figures only
+    on the nodes they run on."""
+    sel = f"{name}{{{body}}}" if body else name
+    if not name.startswith(tuple(FOREIGN_PREFIXES.values())):
+        return f"{name}{{{body + ', ' if body else ''}{pods}}}"
+    if ranged:
+        raise ValueError(f"{name}: a range over a series of another exporter cannot be scoped to a release's pods")
+    if name.startswith(FOREIGN_PREFIXES["dcgm"]):
+        return f"({sel} and on ({', '.join(HOST_LABELS)}) {release_pods(pods)})"
+    nodes = f'label_replace({release_pods(pods)}, "instance", "$1", "{NODE_LABEL}", "(.*)")'
+    return f"({sel} and on (instance) {nodes})"
+
+
+def scope_expr(expr: str, pods: str) -> str:
+    """`expr` with every series selector scoped as scoped_series says (a series such as `ALERTS` or
+    `scrape_samples_scraped` counts as ours: its pods carry the matchers)."""
+    return rewrite_selectors(expr, lambda name, body, ranged: scoped_series(name, body, ranged, pods))
+
+
+def scoped_to_release(groups: list[dict]) -> list[dict]:
+    """Rule groups that read only this release's series: every selector scoped to its pods, and
+    every recorded series and alert labelled with the release (two releases record the same names;
+    each reads back its own)."""
+    scoped = []
+    for group in groups:
+        rules = []
+        for rule in group["rules"]:
+            labels = {**rule.get("labels", {}), RELEASE_LABEL: RELEASE_PLACEHOLDER}
+            rules.append({**rule, "expr": scope_expr(rule["expr"], RELEASE_MATCHER), "labels": labels})
+        scoped.append({**group, "rules": rules})
+    return scoped

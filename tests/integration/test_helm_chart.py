@@ -200,6 +200,18 @@ def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
         by_kind(rendered["values-demo.yaml"], "PodMonitor"), key=lambda m: m["metadata"]["name"]
     )
     assert healer_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == identity.JOBS["healer"]
+    # Every target the chart scrapes carries this release (the rules select it) and the vLLM and
+    # exporter targets the node exporter's instance on their node (the rules find its series by it).
+    for endpoint in pod_monitor["spec"]["podMetricsEndpoints"] + healer_monitor["spec"]["podMetricsEndpoints"]:
+        release = [r for r in endpoint["relabelings"] if r["targetLabel"] == identity.RELEASE_LABEL]
+        assert [r["replacement"] for r in release] == ["leakwatch/leakwatch"]
+    for endpoint in pod_monitor["spec"]["podMetricsEndpoints"]:
+        node = {
+            "sourceLabels": ["__meta_kubernetes_pod_host_ip"],
+            "targetLabel": identity.NODE_LABEL,
+            "replacement": f"$1:{identity.NODE_EXPORTER_PORT}",
+        }
+        assert node in endpoint["relabelings"]
     (service_monitor,) = by_kind(rendered["all-profiles"], "ServiceMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}
@@ -210,9 +222,15 @@ def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
     assert 'job="vllm"' not in exprs
 
 
+def _for_release(groups: list[dict], release: str = "leakwatch/leakwatch") -> list[dict]:
+    """Generated groups with this release (<namespace>/<release>) where they name it."""
+    return yaml.safe_load(yaml.safe_dump(groups).replace(identity.RELEASE_PLACEHOLDER, release))
+
+
 def test_prometheus_rule_is_the_generated_groups_with_runbooks(rendered):
     (rule,) = by_kind(rendered["values-demo.yaml"], "PrometheusRule")
-    assert rule["spec"]["groups"] == rule_groups()
+    assert rule["spec"]["groups"] == _for_release(rule_groups())
+    assert identity.RELEASE_PLACEHOLDER not in yaml.safe_dump(rule)
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert alerts
     for alert in alerts:
@@ -332,7 +350,8 @@ def test_thresholds_in_values_through_the_generator(tmp_path):
     assert helm_rules.main(["--config", str(mine), "--output", str(out)]) == 0
     objects = engine.render(engine.load_values(VALUES_FILES[0], out))
     (rule,) = by_kind(objects, "PrometheusRule")
-    assert rule["spec"]["groups"] == rule_groups(mine) != rule_groups()
+    # The generator's groups name no release; the chart puts this one's in.
+    assert rule["spec"]["groups"] == _for_release(rule_groups(mine)) != _for_release(rule_groups())
     assert helm_rules.main(["--config", str(tmp_path / "missing.yaml")]) == 2
 
 

@@ -3,6 +3,12 @@
 {{ .Files.Get "files/generated/facts.yaml" }}
 {{- end -}}
 
+{{/* This release among others in the cluster: the value of the release label the monitors put on
+every series they scrape, and what the generated rules and dashboards select. */}}
+{{- define "leakwatch.releaseId" -}}
+{{- printf "%s/%s" .Release.Namespace .Release.Name -}}
+{{- end -}}
+
 {{- define "leakwatch.name" -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
