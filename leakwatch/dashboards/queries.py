@@ -57,7 +57,8 @@ def failed_api_calls(by: str = "") -> str:
 
 # -- Grafana's variable expansion ----------------------------------------------------------------
 
-_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
+# `$1` is label_replace's capture group, not a variable (Grafana leaves it as it is too).
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$([A-Za-z_]\w*)")
 
 
 def grafana_step(range_s: float, scrape_interval_s: float, max_points: int = 1000) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from .. import config_schema, profiles as model_profiles
+from ..catalogue import rewrite_selectors
 from ..generate import yamlfmt
 from ..heal import config as healer_config
 from ..heal.server import WEBHOOK_PATH
@@ -134,33 +135,78 @@ def rule_groups(config: Path = ALERTS_FILE) -> list[dict]:
     return identity.scoped_to_release(groups)
 
 
+# What every query of the chart's dashboards is kept to: the pods the namespace and pod variables
+# select (their own variables: the namespace's).
+POD_FILTER = 'namespace=~"$namespace", pod=~"$pod"'
+NAMESPACE_FILTER = 'namespace=~"$namespace"'
+_LABEL_VALUES = re.compile(r"^label_values\((.*), *(\w+)\)$", re.S)
+
+
+def _dashboard_scope(expr: str, matchers: str = POD_FILTER) -> str:
+    """A query kept to the selected pods: every series gets the matchers (vLLM's, the exporter
+    sidecar's, DCGM's: dcgm-exporter attributes each card to its pod), except the node exporter's,
+    kept to the nodes those pods run on (identity.scoped_series). Selectors that already carry them
+    stay as they are."""
+
+    def scope(name: str, body: str, ranged: bool) -> str:
+        if name.startswith(identity.FOREIGN_PREFIXES["node"]):
+            return identity.scoped_series(name, body, ranged, matchers)
+        missing = [m for m in (m.strip() for m in matchers.split(",")) if m not in body]
+        return f"{name}{{{', '.join(filter(None, [body, *missing]))}}}"
+
+    return rewrite_selectors(expr, scope)
+
+
+def _variable_query(query: str) -> str:
+    """A template variable's label_values() kept to the variables before it: the namespace's to
+    the model, the pod's to the namespace, every other (a card, say) to the pods."""
+    match = _LABEL_VALUES.match(query)
+    if not match:
+        return query
+    source, label = match.groups()
+    if label in ("model_name", "namespace"):
+        return query
+    return f"label_values({_dashboard_scope(source, NAMESPACE_FILTER if label == 'pod' else POD_FILTER)}, {label})"
+
+
 def _dashboard(text: str) -> str:
-    """A compose dashboard with the instance variable replaced by namespace and pod variables."""
+    """A compose dashboard with the instance variable replaced by namespace and pod variables, and
+    every query kept to the pods they select."""
     from ..rules import config as alert_config
 
     board = json.loads(text)
-    pod_filter = 'namespace=~"$namespace", pod=~"$pod"'
     variables = []
     for var in board.get("templating", {}).get("list", []):
         if var.get("name") != "instance":
             variables.append(var)
             continue
         source = re.sub(r"label_values\((.*), instance\)", r"\1", var["query"])
-        for name, query in (
-            ("namespace", f"label_values({source}, namespace)"),
-            ("pod", f'label_values({source}{{namespace=~"$namespace"}}, pod)'),
-        ):
+        for name in ("namespace", "pod"):
+            query = f"label_values({source}, {name})"
             variables.append({**var, "name": name, "label": name, "query": query, "includeAll": True, "multi": True})
     board.setdefault("templating", {})["list"] = variables
     text = json.dumps(board, indent=2, sort_keys=True)
-    text = text.replace('instance=~\\"$instance\\"', pod_filter.replace('"', '\\"'))
+    text = text.replace('instance=~\\"$instance\\"', POD_FILTER.replace('"', '\\"'))
     # The dashboards select the scrape jobs as the rules do (config/alerts.yaml); the chart's jobs differ.
     compose_selectors, chart_selectors = alert_config.load(), identity.rule_selectors({})
     for exporter in ("vllm", "node"):
         text = text.replace(_in_json(compose_selectors.selector(exporter)), _in_json(chart_selectors[exporter]))
     if "$instance" in text:
         raise ValueError("a dashboard query still uses $instance after the Kubernetes rewrite")
-    return text + "\n"
+    board = json.loads(text)
+    for var in board["templating"]["list"]:
+        if var.get("type") == "query" and isinstance(var.get("query"), str):
+            var["query"] = _variable_query(var["query"])
+    for target in _panel_targets(board.get("panels", [])):
+        target["expr"] = _dashboard_scope(target["expr"])
+    return json.dumps(board, indent=2, sort_keys=True) + "\n"
+
+
+def _panel_targets(panels: list[dict]):
+    """Every Prometheus query target of these panels, rows' panels included."""
+    for panel in panels:
+        yield from (t for t in panel.get("targets", []) if t.get("expr"))
+        yield from _panel_targets(panel.get("panels", []))
 
 
 def _in_json(text: str) -> str:

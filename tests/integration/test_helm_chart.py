@@ -361,9 +361,49 @@ def _targets(panels: list[dict]):
         yield from _targets(panel.get("panels", []))
 
 
+def _selectors(expr: str) -> list[tuple[str, str]]:
+    """(metric, matchers) of every series selector in a query."""
+    from leakwatch.catalogue import rewrite_selectors
+
+    found: list[tuple[str, str]] = []
+    rewrite_selectors(expr, lambda name, body, ranged: found.append((name, body)) or name)
+    return found
+
+
+POD_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"')
+
+
+def _pod_scoping_problems(expr: str, matchers: tuple[str, ...] = POD_MATCHERS) -> list[str]:
+    """Selectors of a dashboard query that are not kept to the selected pods: every series carries
+    the matchers, except the node exporter's, which must be joined to the nodes of those pods."""
+    problems = []
+    pods = ", ".join(matchers)
+    node_join = re.escape(
+        f' and on (instance) label_replace(up{{job="{identity.JOBS["vllm"]}", {pods}}}, "instance", "$1", '
+        f'"{identity.NODE_LABEL}", "(.*)"))'
+    )
+    for name, body in _selectors(expr):
+        if name.startswith("node_"):
+            if not re.search(rf"\({re.escape(name)}\{{{re.escape(body)}\}}{node_join}", expr):
+                problems.append(f"{name}{{{body}}} is not joined to the selected pods' nodes")
+        elif not all(m in body for m in matchers):
+            problems.append(f"{name}{{{body}}} lacks {matchers}")
+    return problems
+
+
+def test_the_pod_scoping_check_sees_an_unscoped_query():
+    """The check below fails on what issue 33 found: a cluster-wide node figure, a bare exporter series."""
+    assert _pod_scoping_problems("sum(node_memory_MemAvailable_bytes)")
+    assert _pod_scoping_problems("max(leakwatch_host_memory_growth_per_request_bytes)")
+    assert _pod_scoping_problems('DCGM_FI_DEV_FB_USED{namespace=~"$namespace"}')
+    assert not _pod_scoping_problems('rate(vllm:x{namespace=~"$namespace", pod=~"$pod"}[5m])')
+
+
 def test_chart_dashboards_validate_and_every_query_parses(tmp_path):
-    """The rewritten dashboards still load under Grafana 11.6's types and every query (with the
-    namespace/pod variables expanded as Grafana sends them) parses with promtool."""
+    """The rewritten dashboards still load under Grafana 11.6's types; every panel query and every
+    variable's query (with the variables expanded as Grafana sends them) parses with promtool, and
+    every series they select is kept to the selected namespace and pods (a variable to the
+    variables before it)."""
     import json
     import subprocess
 
@@ -371,15 +411,28 @@ def test_chart_dashboards_validate_and_every_query_parses(tmp_path):
     from leakwatch.dashboards.validate import file_problems
     from leakwatch.helm.chart_files import GENERATED_DIR
 
-    rules = []
+    rules, problems, variables_seen = [], [], 0
     files = sorted((GENERATED_DIR / "dashboards").glob("*.json"))
     assert len(files) == 3
     for path in files:
         assert file_problems(path) == []
         board = json.loads(path.read_text())
         values = {var["name"]: ".*" for var in board["templating"]["list"]}
-        for expr in _targets(board["panels"]):
+        queries = [(expr, POD_MATCHERS) for expr in _targets(board["panels"])]
+        for var in board["templating"]["list"]:
+            if var.get("type") != "query":
+                continue
+            match = re.fullmatch(r"label_values\((.*), *(\w+)\)", var["query"], re.S)
+            assert match, f"{path.name}: variable {var['name']}: {var['query']}"
+            variables_seen += 1
+            source, label = match.groups()
+            if label not in ("model_name", "namespace"):
+                queries.append((source, POD_MATCHERS[:1] if label == "pod" else POD_MATCHERS))
+        for expr, matchers in queries:
+            problems += [f"{path.name}: {p}" for p in _pod_scoping_problems(expr, matchers)]
             rules.append({"record": f"chart_dashboard_query_{len(rules)}", "expr": expand(expr, values, 86400, 60, 15)})
+    assert problems == []
+    assert variables_seen >= 8
     rules_path = tmp_path / "chart-dashboards.rules.yml"
     rules_path.write_text(yaml.safe_dump({"groups": [{"name": "chart-dashboards", "rules": rules}]}))
     done = subprocess.run(["promtool", "check", "rules", str(rules_path)], capture_output=True, text=True, timeout=120)
