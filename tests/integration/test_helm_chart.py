@@ -174,6 +174,28 @@ def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file
     assert "memory" in limits  # the cgroup bound the host-exhaustion rules forecast against
 
 
+def test_a_hub_profiles_start_up_budget_covers_the_download(rendered):
+    """Issue 33: IQuest's cache defaults to an emptyDir, so every start downloads ~80 GB from the
+    Hub; its start-up probe must wait for that (at a conservative rate) on top of loading."""
+    from leakwatch.helm.chart_files import DOWNLOAD_GIB_PER_S, WEIGHT_LOAD_GIB_PER_S, checkpoint_gib
+
+    profile = model_profiles.load("iquest-coder-40b-4xa100")
+    assert profile.source == "huggingface" and checkpoint_gib(profile) > 70
+    (deployment,) = by_kind(rendered["values-iquest-coder-40b-4xa100.yaml"], "Deployment")[:1]
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "hf-cache"]
+    assert "emptyDir" in volume  # the default the budget must allow for
+    startup = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    download_s = checkpoint_gib(profile) / DOWNLOAD_GIB_PER_S
+    assert (
+        startup["periodSeconds"] * startup["failureThreshold"]
+        >= download_s + checkpoint_gib(profile) / WEIGHT_LOAD_GIB_PER_S
+    )
+    # A profile that reads a converted model from its volume downloads nothing.
+    janeway = model_profiles.load("janeway-13b-4090d")
+    assert janeway.source == "converted"
+    assert startup_budget_s(janeway) < checkpoint_gib(janeway) / DOWNLOAD_GIB_PER_S
+
+
 def test_iquest_gets_four_gpus_and_tensor_parallel_four(rendered):
     (deployment,) = by_kind(rendered["values-iquest-coder-40b-4xa100.yaml"], "Deployment")[:1]
     vllm = deployment["spec"]["template"]["spec"]["containers"][0]
