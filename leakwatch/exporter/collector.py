@@ -109,6 +109,8 @@ class ExporterConfig:
     vllm_timeout_s: float = 5.0
     # Keeps the restart count and the baseline across exporter restarts; None: in memory only.
     state_file: Path | None = None
+    # "all": every device NVML shows (a host of its own); "vllm": only those a vLLM process runs on.
+    gpu_devices: str = "all"
 
     @property
     def listen_port(self) -> int:
@@ -149,7 +151,7 @@ class VllmMemoryCollector:
         self.discovery = Discovery(procfs, config.listen_port, config.title_prefix, clock=clock)
         self.host_memory = HostMemory(procfs, config.smaps_interval_s, clock)
         self.cgroup = CgroupReader(procfs, cgroup_root)
-        self.gpu = Gpu(nvml_loader, clock)
+        self.gpu = Gpu(nvml_loader, clock, only_vllm_devices=config.gpu_devices == "vllm")
         self.vllm = VllmScraper(config.vllm_url, config.vllm_timeout_s)
         self.derived = DerivedState(
             warmup_requests=config.warmup_requests,

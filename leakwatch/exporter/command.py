@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep the restart count and the baseline here across exporter restarts (default: in memory only)",
     )
     where.add_argument(
+        "--gpu-devices",
+        choices=["all", "vllm"],
+        default="all",
+        help="GPUs to report: every device NVML shows (default), or only those a vLLM process runs on "
+        "(a sidecar on a node whose other cards belong to other pods)",
+    )
+    where.add_argument(
         "--title-prefix",
         default=os.environ.get("VLLM_PROCESS_NAME_PREFIX") or DEFAULT_TITLE_PREFIX,
         help="vLLM's process title prefix (its VLLM_PROCESS_NAME_PREFIX; default VLLM)",
@@ -149,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         smaps_interval_s=args.smaps_interval,
         vllm_timeout_s=args.vllm_timeout,
         state_file=args.state_file,
+        gpu_devices=args.gpu_devices,
     )
     try:
         _ = config.listen_port  # the property parses --listen and raises ValueError on a bad one

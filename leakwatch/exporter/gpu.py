@@ -43,8 +43,12 @@ class Gpu:
         loader: Callable[[], Any] = import_pynvml,  # the pynvml module, or a fake of it
         clock: Callable[[], float] = time.time,
         retry_s: float = 300.0,
+        only_vllm_devices: bool = False,
     ):
         self.loader = loader
+        # Report only the devices a watched vLLM process runs on: a sidecar that NVML shows every
+        # card of a shared node must not report other pods' cards as its own.
+        self.only_vllm_devices = only_vllm_devices
         self.clock = clock
         self.retry_s = retry_s  # how often to look for NVML again where it was missing
         self._nvml: Any = None
@@ -95,10 +99,13 @@ class Gpu:
         reading = GpuReading()
         for index, handle in enumerate(self._handles):
             gpu = str(index)
+            processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            if self.only_vllm_devices and not any(proc.pid in roles for proc in processes):
+                continue
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             reading.used[gpu] = int(memory.used)
             reading.total[gpu] = int(memory.total)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            for proc in processes:
                 used = getattr(proc, "usedGpuMemory", None)
                 if proc.pid in roles and used is not None:  # None: the driver cannot tell (e.g. MIG)
                     key = (gpu, *roles[proc.pid])

@@ -168,6 +168,10 @@ def test_deployment_drains_and_probes_as_the_profile_needs(rendered, values_file
     if profile.needs_gpu:
         # DCGM attributes a card's memory to the pod that the device plugin gave it to.
         assert limits["nvidia.com/gpu"] == profile.gpu_count
+        # NVML shows the sidecar every card of the node; it reports only those vLLM runs on.
+        gpu_devices = exporter["args"][exporter["args"].index("--gpu-devices") + 1]
+        assert gpu_devices == "vllm"
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in exporter["env"]
         assert args[args.index("--tensor-parallel-size") + 1] == str(profile.vllm["tensor_parallel_size"])
     else:
         assert "nvidia.com/gpu" not in limits

@@ -255,6 +255,23 @@ def test_gpu_per_device_and_per_vllm_process(make):
     assert value("leakwatch_collector_errors_total", collector="gpu") == 1
 
 
+def test_a_sidecar_reports_only_the_gpus_vllm_runs_on(make):
+    """Issue 33: on a shared node NVML shows the sidecar every card; with --gpu-devices vllm the
+    cards only other pods' processes use (pid 999 on GPU 1, nobody on GPU 2) are not reported as
+    this pod's, and the default still reports every card (a host of its own)."""
+    devices = [(70 << 30, 80 << 30), (79 << 30, 80 << 30), (1 << 30, 80 << 30)]
+    processes = {0: [(103, 68 << 30), (100, 500 * MIB)], 1: [(999, 78 << 30)]}
+    _, registry = make(nvml_loader=lambda: FakeNvml(devices, processes), warmup_requests=0, gpu_devices="vllm")
+    value = Scrape(registry)
+    assert value("leakwatch_gpu_memory_used_bytes", gpu="0") == 70 << 30
+    assert value("leakwatch_gpu_memory_used_bytes", gpu="1") is None
+    assert value("leakwatch_gpu_memory_total_bytes", gpu="2") is None
+    assert value("leakwatch_gpu_memory_baseline_bytes", gpu="1") is None
+    assert value("leakwatch_gpu_process_memory_bytes", gpu="0", role="worker", rank="0") == 68 << 30
+    _, everything = make(nvml_loader=lambda: FakeNvml(devices, processes), warmup_requests=0)
+    assert Scrape(everything)("leakwatch_gpu_memory_used_bytes", gpu="1") == 79 << 30
+
+
 def test_real_pynvml_without_a_driver_is_the_no_gpu_state(make):
     pynvml = import_pynvml()  # nvidia-ml-py is a dev dependency; this machine has no NVIDIA driver
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
