@@ -30,7 +30,7 @@ from .derived import (
     Sample,
 )
 from .discovery import DEFAULT_TITLE_PREFIX, ROLES, Discovery, VllmTree
-from .gpu import Gpu, GpuReadError, GpuReading, import_pynvml
+from .gpu import VISIBLE_DEVICES_ENV, Gpu, GpuReadError, GpuReading, assigned_devices, import_pynvml
 from .host_memory import HostMemory, HostReading
 from .procfs import ProcessGone, ProcFS
 from .schema import Schema
@@ -148,6 +148,7 @@ class VllmMemoryCollector:
         self.schema = schema or Schema()
         self.schema.require(FAMILIES)
         procfs = procfs or ProcFS()
+        self.procfs = procfs
         self.discovery = Discovery(procfs, config.listen_port, config.title_prefix, clock=clock)
         self.host_memory = HostMemory(procfs, config.smaps_interval_s, clock)
         self.cgroup = CgroupReader(procfs, cgroup_root)
@@ -204,6 +205,16 @@ class VllmMemoryCollector:
             log.warning("cannot write state file %s: %s", path, exc)
 
     # -- reading -------------------------------------------------------------------------------
+
+    def _vllms_assigned_gpus(self, tree: VllmTree | None) -> frozenset[str]:
+        """The cards the device plugin gave vLLM's container, from its API server's environment;
+        only asked when the exporter reports vLLM's devices alone (a sidecar on a shared node)."""
+        if tree is None or not self.gpu.only_vllm_devices:
+            return frozenset()
+        try:
+            return assigned_devices(self.procfs.environ_value(tree.root_pid, VISIBLE_DEVICES_ENV))
+        except ProcessGone:
+            return frozenset()
 
     def _error(self, collector: str, exc: BaseException) -> None:
         self.errors[collector] += 1
@@ -262,7 +273,7 @@ class VllmMemoryCollector:
             gpu_available = self.gpu.available
             if gpu_available:
                 try:
-                    gpu = self.gpu.read(tree)
+                    gpu = self.gpu.read(tree, self._vllms_assigned_gpus(tree))
                 except GpuReadError as exc:
                     self._error("gpu", exc)
 

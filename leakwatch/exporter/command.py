@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-devices",
         choices=["all", "vllm"],
         default="all",
-        help="GPUs to report: every device NVML shows (default), or only those a vLLM process runs on "
-        "(a sidecar on a node whose other cards belong to other pods)",
+        help="GPUs to report: every device NVML shows (default), or only vLLM's: those its container was "
+        "given (NVIDIA_VISIBLE_DEVICES in its environment) or a vLLM process runs on (a sidecar on a node "
+        "whose other cards belong to other pods)",
     )
     where.add_argument(
         "--title-prefix",

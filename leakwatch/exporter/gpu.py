@@ -19,6 +19,19 @@ from typing import Any
 
 from .discovery import VllmTree
 
+# Set by the NVIDIA device plugin (and the container toolkit) on a container given GPUs: their UUIDs,
+# or their indices with the plugin's deviceIDStrategy=index.
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+NO_ASSIGNMENT = ("", "all", "none", "void")  # the toolkit's words that name no particular card
+
+
+def assigned_devices(value: str | None) -> frozenset[str]:
+    """The cards a NVIDIA_VISIBLE_DEVICES value gives a container (UUIDs or indices); empty when it
+    names none in particular."""
+    if value is None or value.strip().lower() in NO_ASSIGNMENT:
+        return frozenset()
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
 
 class GpuReadError(Exception):
     """An NVML call failed on a host where NVML works: a failed read for this scrape."""
@@ -86,21 +99,37 @@ class Gpu:
     def available(self) -> bool:
         return self._init()
 
-    def read(self, tree: VllmTree | None) -> GpuReading:
-        """Raises GpuReadError on a failed read (the caller counts it and skips GPU series)."""
+    def read(self, tree: VllmTree | None, assigned: frozenset[str] = frozenset()) -> GpuReading:
+        """assigned: the UUIDs or indices of the cards vLLM's container was given (assigned_devices);
+        with only_vllm_devices, those are reported even where the driver's pids do not match ours.
+        Raises GpuReadError on a failed read (the caller counts it and skips GPU series)."""
         try:
-            return self._read(tree)
+            return self._read(tree, assigned)
         except self._nvml.NVMLError as exc:
             raise GpuReadError(f"NVML: {exc}") from exc
 
-    def _read(self, tree: VllmTree | None) -> GpuReading:
+    def _vllms_device(self, handle, index: int, assigned: frozenset[str]) -> bool:
+        if not assigned:
+            return False
+        if str(index) in assigned:
+            return True
+        uuid = self._nvml.nvmlDeviceGetUUID(handle)
+        return (uuid.decode() if isinstance(uuid, bytes) else uuid) in assigned
+
+    def _read(self, tree: VllmTree | None, assigned: frozenset[str]) -> GpuReading:
         nvml = self._nvml
         roles = {p.pid: (p.role, p.rank) for p in tree.processes} if tree else {}
         reading = GpuReading()
         for index, handle in enumerate(self._handles):
             gpu = str(index)
             processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            if self.only_vllm_devices and not any(proc.pid in roles for proc in processes):
+            # A card is vLLM's when its container was given it, or (a driver reporting pids in our
+            # namespace) a vLLM process runs on it.
+            if (
+                self.only_vllm_devices
+                and not any(proc.pid in roles for proc in processes)
+                and not self._vllms_device(handle, index, assigned)
+            ):
                 continue
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             reading.used[gpu] = int(memory.used)

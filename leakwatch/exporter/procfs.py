@@ -57,6 +57,19 @@ class ProcFS:
         except (FileNotFoundError, ProcessLookupError):
             raise ProcessGone(pid) from None
 
+    def environ_value(self, pid: int, name: str) -> str | None:
+        """One variable of the process's environment as it started; None when unset or unreadable
+        (another user's process without CAP_SYS_PTRACE)."""
+        try:
+            raw = self._read(pid, "environ", binary=True)
+        except PermissionError:
+            return None
+        prefix = name.encode() + b"="
+        for entry in raw.split(b"\0"):
+            if entry.startswith(prefix):
+                return entry[len(prefix) :].decode(errors="replace")
+        return None
+
     def pids(self) -> list[int]:
         return [int(entry) for entry in os.listdir(self.root) if entry.isdigit()]
 

@@ -157,5 +157,8 @@ class FakeNvml:
         used, total = self.devices[handle]
         return SimpleNamespace(used=used, total=total, free=total - used)
 
+    def nvmlDeviceGetUUID(self, handle):
+        return f"GPU-{handle:08d}-fake"
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.processes.get(handle, [])]

@@ -272,6 +272,30 @@ def test_a_sidecar_reports_only_the_gpus_vllm_runs_on(make):
     assert Scrape(everything)("leakwatch_gpu_memory_used_bytes", gpu="1") == 79 << 30
 
 
+@pytest.mark.parametrize(
+    ("visible", "reported"),
+    [
+        ("GPU-00000002-fake", {"2"}),  # the device plugin's default: the cards' UUIDs
+        ("0,2", {"0", "2"}),  # its deviceIDStrategy=index
+        ("all", set()),  # names no card: only the pids could tell, and they do not match here
+        (None, set()),
+    ],
+)
+def test_a_sidecar_finds_vllms_gpus_from_its_containers_environment(make, tmp_path, visible, reported):
+    """A driver that reports host pids inside containers matches none of vLLM's: the cards the
+    device plugin gave vLLM's container (NVIDIA_VISIBLE_DEVICES in its API server's environment)
+    are still reported as this pod's, and no other."""
+    devices = [(70 << 30, 80 << 30), (79 << 30, 80 << 30), (60 << 30, 80 << 30)]
+    host_pids = {0: [(40100, 1 << 30)], 1: [(40999, 78 << 30)], 2: [(40103, 59 << 30)]}
+    proc = proc_tree(tmp_path)
+    if visible is not None:
+        (proc / "100" / "environ").write_bytes(f"PATH=/usr/bin\0NVIDIA_VISIBLE_DEVICES={visible}\0".encode())
+    _, registry = make(nvml_loader=lambda: FakeNvml(devices, host_pids), warmup_requests=0, gpu_devices="vllm")
+    value = Scrape(registry)
+    assert {gpu for gpu in "012" if value("leakwatch_gpu_memory_used_bytes", gpu=gpu) is not None} == reported
+    assert value("leakwatch_gpu_process_memory_bytes", gpu="2", role="worker", rank="0") is None  # pids unknown
+
+
 def test_real_pynvml_without_a_driver_is_the_no_gpu_state(make):
     pynvml = import_pynvml()  # nvidia-ml-py is a dev dependency; this machine has no NVIDIA driver
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
