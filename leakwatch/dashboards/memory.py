@@ -37,12 +37,14 @@ HOST_HEADROOM = f"sum(node_memory_MemAvailable_bytes{{{NODE}}}) + sum(node_memor
 MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_MemTotal_bytes{{{NODE}}})"
 # The forecasts take the faster of the last hour's and the fast-leak rules' window's growth, so the
 # panel agrees with HostMemoryRunningOut / GPUMemoryRunningOut when a fast leak pages.
+# Each forecast uses its own rule's window (the GPU rule's is longer: docs in config/alerts.yaml).
 FAST_WINDOW = load_thresholds().section("host").dur("runout_window")
+GPU_FAST_WINDOW = load_thresholds().section("gpu").dur("runout_window")
 
 
-def faster_growth(slope: str) -> str:
+def faster_growth(slope: str, fast_window: str = FAST_WINDOW) -> str:
     """The larger of a slope over 1h and over the fast window; `slope` has <window> to fill."""
-    hour, fast = slope.replace("<window>", "1h"), slope.replace("<window>", FAST_WINDOW)
+    hour, fast = slope.replace("<window>", "1h"), slope.replace("<window>", fast_window)
     return f"(({hour}) >= ({fast}) or ({fast}))"
 
 
@@ -117,14 +119,14 @@ at_a_glance = Row(
             queries=(
                 Query(
                     f"min(clamp_max(DCGM_FI_DEV_FB_FREE{{{GPU}}} / clamp_min("
-                    f"{faster_growth(f'deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[<window>])')}, 1e-06), {FORECAST_CAP_S}))",
+                    f"{faster_growth(f'deriv(DCGM_FI_DEV_FB_USED{{{GPU}}}[<window>])', GPU_FAST_WINDOW)}, 1e-06), {FORECAST_CAP_S}))",
                     "forecast",
                 ),
             ),
             thresholds=levels.EXHAUSTION,
             ranges=NOT_GROWING,
             description="Free framebuffer divided by its growth over the last hour or the last "
-            f"{FAST_WINDOW}, whichever is faster, for the card closest to full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
+            f"{GPU_FAST_WINDOW}, whichever is faster, for the card closest to full. Healthy: 'not growing'. With vLLM's preallocation a 6 MB/request leak on a "
             "24 GB card has ~2 GB of headroom: hours, not days. GPU hosts only.",
         ),
         Panel(
