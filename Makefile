@@ -74,6 +74,7 @@ fmt: setup-dev  ## sort imports and format the Python code (ruff; settings in py
 	@$(VENV)/bin/ruff check --select I --fix --quiet .
 	@$(VENV)/bin/ruff format --quiet .
 
+# The rules' promtool unit tests are tests, run once by the integration tier (test_alert_rules.py).
 lint: setup-dev  ## ruff, the formatter's check, mypy; generated files fresh; configs valid
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
@@ -82,7 +83,6 @@ lint: setup-dev  ## ruff, the formatter's check, mypy; generated files fresh; co
 	@$(LEAKWATCH) dashboards validate
 	@promtool check config prometheus/prometheus.yml
 	@promtool check rules prometheus/rules/*.yml prometheus/reference/*.yml
-	@promtool test rules prometheus/tests/*.test.yml
 	@amtool check-config alertmanager/alertmanager.yml
 
 # Each benchmark prints one summary line; `make bench` runs them all.
