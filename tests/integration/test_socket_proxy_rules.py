@@ -62,10 +62,13 @@ class RecordingDockerSocket(socketserver.ThreadingMixIn, socketserver.UnixStream
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _answer(self, status: int, body: bytes = b"") -> None:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except BrokenPipeError:
+                    pass  # HAProxy closed the client's connection (a refused pipelined request): recorded all the same
 
             def do_GET(self):
                 server.received.append(("GET", self.path, self._body()))
