@@ -89,6 +89,7 @@ lint: setup-dev  ## ruff, the formatter's check, mypy; generated files fresh; co
 BENCHES :=
 BENCHES += bench-convert
 BENCHES += bench-drill
+BENCHES += bench-canary
 BENCHES += bench-exporter
 BENCHES += bench-detection
 BENCHES += bench-loadgen
@@ -107,6 +108,10 @@ bench-convert: setup-dev  ## XGLM converter peak memory vs checkpoint size, besi
 DRILL_CPU_HOGS := $(if $(filter-out 0,$(LOAD)),2,0)
 bench-drill: setup-dev  ## one accelerated drill: alert (self-checked), recovery by phase, estimate error; LOAD=1 beside a CPU hog
 	@$(LEAKWATCH) drill --cpu-hogs $(DRILL_CPU_HOGS)
+
+.PHONY: bench-canary
+bench-canary: setup-dev  ## the canary drill both ways: check --compare's verdict, requests to it, each side's estimate error
+	@$(LEAKWATCH) drill --canary
 
 bench-drill-loaded: setup-dev  ## bench-drill with two busy processes beside the stack
 	@$(MAKE) --no-print-directory bench-drill LOAD=1

@@ -33,6 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "would exhaust vLLM's memory within the hour; HostMemoryRunningOut and the healer must act before "
         "the OOM killer",
     )
+    parser.add_argument(
+        "--canary",
+        action="store_true",
+        help="the canary drill (config/drill.yaml canary, docs/canary.md): a stable and a canary vLLM behind the "
+        "router, one side leaking; `check --compare stable canary` must say which",
+    )
+    parser.add_argument(
+        "--leaking-side",
+        choices=("stable", "canary", "both"),
+        default="both",
+        help="with --canary: which side leaks (both: one run each way, default)",
+    )
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the full result as JSON")
     parser.add_argument("--keep-state", action="store_true", help="keep the drill's state dir (logs, TSDB)")
     parser.add_argument(
@@ -55,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
     cfg = drill_config.load(args.config)
+    if args.canary and args.fast_leak:
+        raise LeakwatchError("--canary and --fast-leak are two drills; run them one at a time")
+    if args.canary:
+        return run_canary(args, cfg)
+    if args.leaking_side != "both":
+        raise LeakwatchError("--leaking-side is for the canary drill: add --canary")
     drill: Drill
     if args.fast_leak:
         from .fast_leak import FastLeakDrill
@@ -89,3 +107,31 @@ def run(args: argparse.Namespace) -> int:
     print("PASSED" if result.passed else "FAILED")
     print(result.summary_line())
     return 0 if result.passed else 1
+
+
+def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
+    from .canary import CanaryDrill, summary_line
+
+    sides = ("stable", "canary") if args.leaking_side == "both" else (args.leaking_side,)
+    results = []
+    for side in sides:
+        result = CanaryDrill(cfg.as_canary(), side, keep_state=args.keep_state, cpu_hogs=args.cpu_hogs).run_canary()
+        results.append(result)
+        share = result.canary_share
+        print(
+            f"{side} side leaking: verdict {result.verdict or 'n/a'} (expected {result.expected}), canary share "
+            f"{'n/a' if share is None else f'{share:.1%}'} of {sum(result.requests.values()):.0f} requests, "
+            f"right verdict after {result.requests_to_verdict or 'n/a'} requests"
+        )
+        for name in ("stable", "canary"):
+            est = result.estimate.get(name)
+            print(f"  {name}: {'n/a' if est is None else f'{est:.0f}'} B/request, error {result.err_pct.get(name)} %")
+        for failure in result.failures:
+            print(f"FAILED: {failure}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([r.__dict__ for r in results], fh, indent=1, default=str)
+    passed = all(r.passed for r in results)
+    print("PASSED" if passed else "FAILED")
+    print(summary_line(results))
+    return 0 if passed else 1

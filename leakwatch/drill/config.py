@@ -37,6 +37,7 @@ class DrillConfig:
     baseline_tolerance_bytes: int
     storm_watch_s: float
     fast_leak: dict  # the fast_leak section, as as_fast_leak() applies it
+    canary: dict  # the canary section, as as_canary() applies it
 
     def wall(self, production_s: float) -> float:
         return production_s / self.time_compression
@@ -52,6 +53,18 @@ class DrillConfig:
             cgroup_headroom_bytes=fast["cgroup_headroom_bytes"],
             control_span_s=0.0,
             leak_span_s=parse_duration(fast["leak_span"]),
+        )
+
+    def as_canary(self) -> DrillConfig:
+        """The settings of the canary drill: its compression, traffic and leak; no control phase."""
+        canary = self.canary
+        return dataclasses.replace(
+            self,
+            time_compression=float(canary["time_compression"]),
+            requests_per_day=float(canary["requests_per_day"]),
+            bytes_per_request=canary["bytes_per_request"],
+            control_span_s=0.0,
+            leak_span_s=parse_duration(canary["span"]),
         )
 
 
@@ -77,6 +90,12 @@ SCHEMA: Schema = {
         "cgroup_headroom_bytes": Key(INT, check=positive),
         "leak_span": Key(STR, check=duration),
     },
+    "canary": {
+        "time_compression": Key(NUM, check=at_least(1)),
+        "requests_per_day": Key(NUM, check=positive),
+        "bytes_per_request": Key(INT, check=positive),
+        "span": Key(STR, check=duration),
+    },
 }
 
 
@@ -96,6 +115,7 @@ def load(path: Path = CONFIG_FILE) -> DrillConfig:
         baseline_tolerance_bytes=checks["baseline_tolerance_bytes"],
         storm_watch_s=float(checks["storm_watch_s"]),
         fast_leak=dict(raw["fast_leak"]),
+        canary=dict(raw["canary"]),
     )
 
 

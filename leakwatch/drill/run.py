@@ -180,7 +180,8 @@ class Drill:
                     return sample.value
         return 0.0
 
-    def locust(self, api: str, span_s: float, log_name: str) -> subprocess.Popen:
+    def locust(self, api: str, span_s: float, log_name: str, service: str = "vllm") -> subprocess.Popen:
+        """Locust's production-day shape against `service`, time-compressed like the rules."""
         cmd = [
             sys.executable,
             "-m",
@@ -192,7 +193,7 @@ class Drill:
             "--headless",
             "--only-summary",
             "--host",
-            self.url("vllm"),
+            self.url(service),
             "--model",
             "demo",
             "--client-profile",
@@ -219,15 +220,16 @@ class Drill:
             env={**os.environ, **self.ports, "PYTHONUNBUFFERED": "1"},
         )
 
-    def warm_up(self) -> None:
+    def warm_up(self, service: str = "vllm") -> None:
         # vLLM's per-batch-size caches first: filling them during the control phase reads as a leak.
-        vllm_warmup.sweep_batch_sizes(self.url("vllm"), "demo")
+        url = self.url(service)
+        vllm_warmup.sweep_batch_sizes(url, "demo")
         rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
             resp = requests.post(
-                f"{self.url('vllm')}/v1/chat/completions",
+                f"{url}/v1/chat/completions",
                 timeout=120,
-                headers=vllm_key.headers_for(self.url("vllm")),
+                headers=vllm_key.headers_for(url),
                 json={
                     "model": "demo",
                     "max_tokens": 16,
@@ -327,22 +329,28 @@ class Drill:
             f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
             f"scrape every {cfg.scrape_interval_s:g}s)"
         )
-        stack.up(
-            "demo",
-            vllm_extra_args=["--middleware", MIDDLEWARE],
-            rules_dir=rules_dir,
-            alertmanager_config=am,
-            out=io.StringIO(),
-            vllm_extra_env={
-                leak_middleware.BYTES_ENV: str(cfg.bytes_per_request),
-                leak_middleware.PREFIX_ENV: "/v1/completions",
-                leak_middleware.DEVICE_ENV: "auto",
-            },
-        )
+        stack.up("demo", rules_dir=rules_dir, alertmanager_config=am, out=io.StringIO(), **self.vllm_options())
         stack_up = time.time()
-        self.warm_up()
-        self.prom.wait_for("max(leakwatch_baseline_ready) == 1", timeout=180)
+        for service in self.vllm_services:
+            self.warm_up(service)
+        self.prom.wait_for(self.baseline_ready, timeout=180)
         return stack_up
+
+    # The vLLMs the drill warms up, and the query true once every exporter has taken its baseline.
+    vllm_services: tuple[str, ...] = ("vllm",)
+    baseline_ready = "max(leakwatch_baseline_ready) == 1"
+
+    def leak_env(self) -> dict[str, str]:
+        """The injector's settings: bytes_per_request kept on every /v1/completions request."""
+        return {
+            leak_middleware.BYTES_ENV: str(self.cfg.bytes_per_request),
+            leak_middleware.PREFIX_ENV: "/v1/completions",
+            leak_middleware.DEVICE_ENV: "auto",
+        }
+
+    def vllm_options(self) -> dict:
+        """NativeStack.up's vLLM arguments: the injector loaded into vLLM's API server."""
+        return {"vllm_extra_args": ["--middleware", MIDDLEWARE], "vllm_extra_env": self.leak_env()}
 
     def _stop_stack(self, cgroup: MemoryCgroup | None, hog: CpuHog) -> None:
         try:
@@ -583,9 +591,14 @@ class Drill:
 
 def check_phase(prometheus_url: str, cfg: DrillConfig, start: float, end: float) -> CheckResult:
     """`leakwatch check` over a drill's phase, parsed from its own command line (the same code path)."""
+    return run_check(check_arguments(prometheus_url, cfg, start, end), start, end)
+
+
+def check_arguments(prometheus_url: str, cfg: DrillConfig, start: float, end: float, *extra: str) -> argparse.Namespace:
+    """`leakwatch check`'s arguments for a drill's phase at its scrape interval and compression."""
     parser = argparse.ArgumentParser()
     add_check_arguments(parser)
-    args = parser.parse_args(
+    return parser.parse_args(
         [
             "--prometheus",
             prometheus_url,
@@ -597,9 +610,9 @@ def check_phase(prometheus_url: str, cfg: DrillConfig, start: float, end: float)
             f"{cfg.scrape_interval_s:g}s",
             "--time-compression",
             f"{cfg.time_compression:g}",
+            *extra,
         ]
     )
-    return run_check(args, start, end)
 
 
 def rate_leak_phase(res: DrillResult, leak: CheckResult, cfg: DrillConfig) -> None:

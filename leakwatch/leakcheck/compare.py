@@ -144,6 +144,13 @@ def margin(cfg: CheckConfig, requests_per_hour: float) -> float:
     return max(cfg.min_bytes_per_request, cfg.min_growth_bytes_per_hour / requests_per_hour)
 
 
+def requests_for_a_check(cfg: CheckConfig) -> float:
+    """Expected requests a side needs for its own check to give an interval: min_requests after its
+    warm-up, and two Poisson standard deviations more, so that random traffic reaches it (~98 %)."""
+    need = cfg.min_requests + cfg.warmup_requests
+    return need + 2.0 * math.sqrt(need)
+
+
 def _target(d: float, margin_bytes: float) -> tuple[str, float]:
     """The verdict an estimate `d` heads for, and how far it is from the margin."""
     towards = (LESS if d < 0 else MORE) if abs(d) > margin_bytes else SAME
@@ -178,10 +185,7 @@ def project(
     share_found = None
     margin_then = margin(check.config, daily_requests / 24.0)
     towards_then, distance_then = _target(diff.estimate, margin_then)
-    # Each side's check needs min_requests after its warm-up; two Poisson standard deviations more,
-    # so that a day's random traffic reaches it (in ~98 % of days).
-    need = check.config.min_requests + check.config.warmup_requests
-    enough_requests = need + 2.0 * math.sqrt(need)
+    enough_requests = requests_for_a_check(check.config)
     if distance_then > 0 and min(hours_now) > 0:
         for share in SHARES:
             then = ((1.0 - share) * daily_requests * hours / 24.0, share * daily_requests * hours / 24.0)

@@ -149,3 +149,22 @@ def test_the_fast_leak_variant_exhausts_its_headroom_within_the_hour():
     assert earliest + 15 < minutes < 60, (earliest, minutes)
     slice_s = host.seconds("runout_window") / host.slices("runout_slices") / fast.time_compression
     assert slice_s >= 4 * fast.scrape_interval_s
+
+
+def test_the_canary_drill_gives_the_canary_enough_requests_for_its_own_check():
+    """config/drill.yaml's canary: at the router's default split the canary side is expected to serve
+    what its own check needs (compare.requests_for_a_check: min_requests after the warm-up, with two
+    standard deviations to spare), so a verdict can come within the span; the compression leaves the
+    check's warm-up several scrapes long."""
+    from leakwatch.canary.router import default_split
+    from leakwatch.leakcheck import config as check_config
+    from leakwatch.leakcheck.compare import requests_for_a_check
+    from leakwatch.settings import load as load_settings
+
+    canary = drill_config.load().as_canary()
+    assert canary.control_span_s == 0
+    check = check_config.load()
+    share = default_split(load_settings()).weights["canary"] / 100
+    expected_on_canary = canary.requests_per_day * canary.leak_span_s / 86400 * share
+    assert expected_on_canary >= requests_for_a_check(check), expected_on_canary
+    assert canary.wall(check.warmup_seconds) >= 4 * canary.scrape_interval_s
