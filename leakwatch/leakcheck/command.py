@@ -88,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", default=None, metavar="TIME", help="window start (unix seconds or ISO 8601)")
     parser.add_argument("--end", default=None, metavar="TIME", help="window end (default: now)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    add_compare_arguments(parser)
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments `check` and `report` share for a canary comparison (leakcheck/compare.py)."""
     parser.add_argument(
         "--compare",
         nargs=2,

@@ -10,7 +10,13 @@ import argparse
 from pathlib import Path
 
 from ..errors import LeakwatchError
-from ..leakcheck.command import add_window_arguments, default_prometheus_url, run_check
+from ..leakcheck.command import (
+    add_compare_arguments,
+    add_window_arguments,
+    default_prometheus_url,
+    run_check,
+    run_compare,
+)
 from ..leakcheck.window import iso, resolve
 from ..promapi import Prometheus
 
@@ -23,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--period", choices=sorted(PERIODS), default="day", help="report length (default day)")
     parser.add_argument("--end", default=None, metavar="TIME", help="end of the period (default: now)")
     parser.add_argument("--out", default="out", metavar="DIR", help="folder for the HTML file (default ./out)")
+    # With --compare the page is the stable side's report plus the canary comparison (docs/canary.md).
+    add_compare_arguments(parser)
 
 
 def firing_intervals(prom: Prometheus, start: float, end: float, step: float) -> dict[str, list[tuple[float, float]]]:
@@ -52,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from .page import render
 
     start, end = resolve(None, args.end, PERIODS[args.period])
-    result = run_check(args, start, end)
+    comparison = run_compare(args, start, end) if args.compare else None
+    result = comparison.stable if comparison is not None else run_check(args, start, end)
     url = args.prometheus or default_prometheus_url()
     alerts = firing_intervals(Prometheus(url), start, end, result.step)
 
@@ -86,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     figures.append(("alerts", "Alert timeline: when each alert was firing.", plots.alert_timeline(result, alerts)))
 
     title = f"leakwatch {'daily' if args.period == 'day' else 'weekly'} memory report"
-    html = render(result, figures, title=title, prometheus_url=url)
+    html = render(result, figures, title=title, prometheus_url=url, comparison=comparison)
     out_dir = Path(args.out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -94,5 +103,6 @@ def run(args: argparse.Namespace) -> int:
         path.write_text(html)
     except OSError as exc:
         raise LeakwatchError(f"cannot write the report into {out_dir}: {exc}") from None
-    print(f"{result.verdict}: report written to {path}")
+    compared = "" if comparison is None else f" (canary {comparison.verdict} than stable)"
+    print(f"{result.verdict}{compared}: report written to {path}")
     return 0

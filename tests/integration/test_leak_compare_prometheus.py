@@ -87,3 +87,34 @@ def test_bad_comparisons_are_clear_errors(prometheus_url, capsys):
         "0",
     )
     assert code == 2 and "must be positive" in err
+
+
+def test_the_report_carries_the_comparison(prometheus_url, tmp_path, capsys):
+    """`leakwatch report --compare stable canary`: the stable side's page with the canary section, whose
+    embedded numbers are `check --compare --json`'s for the same window."""
+    end = ["--end", str(T0 + HOURS * 3600)]
+    code, out, _ = run_cli(
+        capsys, "report", "--prometheus", prometheus_url, *end, "--out", str(tmp_path), "--compare", "stable", "canary"
+    )
+    assert code == 0 and "(canary LESS than stable)" in out, out
+    (page,) = tmp_path.glob("leakwatch-report-day-*.html")
+    text = page.read_text()
+    embedded = json.loads(text.split('id="leakwatch-compare">', 1)[1].split("</script>", 1)[0])
+    _, out, _ = run_cli(
+        capsys,
+        "check",
+        "--prometheus",
+        prometheus_url,
+        "--start",
+        str(T0 + HOURS * 3600 - 86400),
+        *end,
+        "--compare",
+        "stable",
+        "canary",
+        "--json",
+    )
+    assert embedded == json.loads(out)
+    assert embedded["verdict"] == "LESS" and "id=compare-verdict" in text
+    # The page's own verdict and table are the stable side's: its leak.
+    check = json.loads(text.split('id="leakwatch-check">', 1)[1].split("</script>", 1)[0])
+    assert check["verdict"] == "LEAK"
