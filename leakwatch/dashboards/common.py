@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .board import Annotation, Query, Variable
-from .queries import VLLM, VLLM_PROCESS, quantile
+from .queries import VLLM, VLLM_PROCESS, per_side, quantile, sides
 
 MODEL = Variable(
     name="model",
@@ -50,13 +50,21 @@ HEALER_RESTARTS = Annotation(
 def percentiles(
     histogram: str, qs=(0.5, 0.9, 0.99), prefix: str = "", by: str = "model_name", selector: str = VLLM
 ) -> tuple[Query, ...]:
-    """One query per percentile of a histogram, legends such as "p90 demo"."""
-    label = f" {{{{{by}}}}}" if by else ""
-    return tuple(Query(quantile(q, histogram, by, selector), f"{prefix}p{round(q * 100)}{label}") for q in qs)
+    """One query per percentile of a histogram, legends such as "p90 demo" ("canary p90 demo" per
+    side of a canary)."""
+    labels = (by,) if by else ()
+    return tuple(
+        Query(
+            per_side(quantile(q, histogram, sides(by), selector), f"{prefix}p{round(q * 100)}", *labels), "{{series}}"
+        )
+        for q in qs
+    )
 
 
 def running_and_waiting(prefix: str = "") -> tuple[Query, Query]:
-    return (
-        Query(f"sum(vllm:num_requests_running{{{VLLM}}})", f"{prefix}running"),
-        Query(f"sum(vllm:num_requests_waiting{{{VLLM}}})", f"{prefix}waiting"),
-    )
+    def gauge(what: str) -> Query:
+        return Query(
+            per_side(f"sum by ({sides()}) (vllm:num_requests_{what}{{{VLLM}}})", f"{prefix}{what}"), "{{series}}"
+        )
+
+    return gauge("running"), gauge("waiting")

@@ -9,7 +9,7 @@ from . import levels
 from .board import Annotation, Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
 from .levels import BAD, NEUTRAL, OK, WARN
-from .queries import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process
+from .queries import FORECAST_CAP_S, GPU, MIB, NODE, VLLM, VLLM_PROCESS, per_process, per_side, sides
 
 GPU_VARIABLE = Variable(
     name="gpu",
@@ -156,8 +156,16 @@ gpu_memory = Row(
             gpu=True,
             queries=(
                 Query(f"DCGM_FI_DEV_FB_USED{{{GPU}}} * {MIB}", "GPU {{gpu}} used"),
-                Query(f"leakwatch_gpu_memory_baseline_bytes{{{GPU}}}", "GPU {{gpu}} baseline", dashed=True),
-                Query(f"leakwatch_gpu_memory_total_bytes{{{GPU}}}", "GPU {{gpu}} total", dashed=True),
+                Query(
+                    per_side(f"leakwatch_gpu_memory_baseline_bytes{{{GPU}}}", "GPU", "gpu"),
+                    "{{series}} baseline",
+                    dashed=True,
+                ),
+                Query(
+                    per_side(f"leakwatch_gpu_memory_total_bytes{{{GPU}}}", "GPU", "gpu"),
+                    "{{series}} total",
+                    dashed=True,
+                ),
             ),
             base_colour=NEUTRAL,
             description="Framebuffer in use (DCGM) against the baseline taken after warm-up and the card's "
@@ -180,7 +188,7 @@ gpu_memory = Row(
             unit="bytes",
             width=8,
             gpu=True,
-            queries=(Query(f"leakwatch_gpu_memory_growth_bytes{{{GPU}}}", "GPU {{gpu}}"),),
+            queries=(Query(per_side(f"leakwatch_gpu_memory_growth_bytes{{{GPU}}}", "GPU", "gpu"), "{{series}}"),),
             base_colour=NEUTRAL,
             description="GPU memory now minus at the post-warm-up baseline. Healthy: around 0 B with small "
             "swings; steady growth with traffic is a leak.",
@@ -190,7 +198,9 @@ gpu_memory = Row(
             unit="bytes",
             width=8,
             gpu=True,
-            queries=(Query(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU {{gpu}}"),),
+            queries=(
+                Query(per_side(f"leakwatch_gpu_memory_growth_per_request_bytes{{{GPU}}}", "GPU", "gpu"), "{{series}}"),
+            ),
             thresholds=levels.GROWTH_PER_REQUEST,
             description="Growth since the baseline divided by requests served since then: the leak's size per "
             "request. Healthy: near 0 B and falling as requests accumulate.",
@@ -202,7 +212,7 @@ gpu_memory = Row(
             gpu=True,
             min=0,
             max=1,
-            queries=(Query(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU {{gpu}}"),),
+            queries=(Query(per_side(f"leakwatch_vram_retention_ratio{{{GPU}}}", "GPU", "gpu"), "{{series}}"),),
             thresholds=levels.RETENTION,
             event=BURST,
             description="Share of the GPU memory gained during the last burst of requests still held once vLLM "
@@ -239,7 +249,7 @@ host_memory = Row(
             unit="none",
             width=8,
             decimals=0,
-            queries=(Query("leakwatch_processes", "{{role}}"),),
+            queries=(Query(per_side("leakwatch_processes", "", "role"), "{{series}}"),),
             base_colour=NEUTRAL,
             description="Live processes per role. Healthy: constant (one API server, one EngineCore, one "
             "worker per GPU rank); a drop is a crash, a change is a restart.",
@@ -248,7 +258,7 @@ host_memory = Row(
             title="Host memory growth since the baseline, per role",
             unit="bytes",
             width=8,
-            queries=(Query("leakwatch_host_memory_growth_bytes", "{{role}}"),),
+            queries=(Query(per_side("leakwatch_host_memory_growth_bytes", "", "role"), "{{series}}"),),
             base_colour=NEUTRAL,
             description="Anonymous memory + swap now minus at the post-warm-up baseline, per role. Healthy: around 0 B; "
             "linear growth with requests is a leak.",
@@ -257,7 +267,7 @@ host_memory = Row(
             title="Host memory growth per request, per role",
             unit="bytes",
             width=8,
-            queries=(Query("leakwatch_host_memory_growth_per_request_bytes", "{{role}}"),),
+            queries=(Query(per_side("leakwatch_host_memory_growth_per_request_bytes", "", "role"), "{{series}}"),),
             thresholds=levels.GROWTH_PER_REQUEST,
             description="Growth since the baseline divided by requests served: from ~90 B to several MB per "
             "request in real vLLM leaks. Healthy: near 0 B and falling as requests accumulate.",
@@ -268,7 +278,7 @@ host_memory = Row(
             width=8,
             min=0,
             max=1,
-            queries=(Query("leakwatch_host_memory_retention_ratio", "{{role}}"),),
+            queries=(Query(per_side("leakwatch_host_memory_retention_ratio", "", "role"), "{{series}}"),),
             thresholds=levels.RETENTION,
             event=BURST,
             description="Share of the host memory gained during the last burst still held once vLLM is idle; "
@@ -281,8 +291,20 @@ host_memory = Row(
             width=12,
             min=0,
             queries=(
-                Query(f"max(process_resident_memory_bytes{{{VLLM_PROCESS}}}) / ({MEMORY_LIMIT})", "API server RSS"),
-                Query(f"max(leakwatch_cgroup_memory_usage_bytes) / ({MEMORY_LIMIT})", "cgroup (all vLLM processes)"),
+                Query(
+                    per_side(
+                        f"max by ({sides()}) (process_resident_memory_bytes{{{VLLM_PROCESS}}}) / on () group_left () ({MEMORY_LIMIT})",
+                        "API server RSS",
+                    ),
+                    "{{series}}",
+                ),
+                Query(
+                    per_side(
+                        f"max by ({sides()}) (leakwatch_cgroup_memory_usage_bytes) / on () group_left () ({MEMORY_LIMIT})",
+                        "cgroup (all vLLM processes)",
+                    ),
+                    "{{series}}",
+                ),
             ),
             thresholds=levels.MEMORY_LIMIT,
             description="Memory as a share of the container's limit (the host's RAM when there is none): the "
@@ -314,8 +336,19 @@ traffic = Row(
             unit="reqps",
             width=12,
             queries=(
-                Query(f"sum(rate(vllm:request_success_total{{{VLLM}}}[$__rate_interval]))", "requests/s"),
-                Query(f"sum({HOST_MEMORY})", "vLLM anonymous memory + swap (all roles)", unit="bytes", right_axis=True),
+                Query(
+                    per_side(
+                        f"sum by ({sides()}) (rate(vllm:request_success_total{{{VLLM}}}[$__rate_interval]))",
+                        "requests/s",
+                    ),
+                    "{{series}}",
+                ),
+                Query(
+                    per_side(f"sum by ({sides()}) ({HOST_MEMORY})", "vLLM anonymous memory + swap (all roles)"),
+                    "{{series}}",
+                    unit="bytes",
+                    right_axis=True,
+                ),
             ),
             base_colour=NEUTRAL,
             description="Article A's correlation: memory that follows the request rate up and never comes "
@@ -327,7 +360,7 @@ traffic = Row(
             width=6,
             queries=(
                 Query(
-                    f"sum by (generation) (rate(python_gc_collections_total{{{VLLM_PROCESS}}}[$__rate_interval]))",
+                    f"sum by ({sides('generation')}) (rate(python_gc_collections_total{{{VLLM_PROCESS}}}[$__rate_interval]))",
                     "generation {{generation}}",
                 ),
             ),
@@ -355,7 +388,7 @@ exporter_health = Row(
             title="Requests served since the baseline",
             unit="short",
             width=8,
-            queries=(Query("leakwatch_requests_since_baseline", "requests"),),
+            queries=(Query(per_side("leakwatch_requests_since_baseline", "requests"), "{{series}}"),),
             base_colour=NEUTRAL,
             description="The divisor of every per-request figure above. Healthy: climbing with traffic; it "
             "starts again from 0 after a restart.",
@@ -364,7 +397,7 @@ exporter_health = Row(
             title="Exporter collection time per collector",
             unit="s",
             width=8,
-            queries=(Query("leakwatch_collector_duration_seconds", "{{collector}}"),),
+            queries=(Query(per_side("leakwatch_collector_duration_seconds", "", "collector"), "{{series}}"),),
             thresholds=((1, WARN),),
             description="How long each collector of `leakwatch exporter` took in its last scrape. Healthy: "
             "milliseconds; near the scrape interval the figures lag.",
@@ -376,7 +409,7 @@ exporter_health = Row(
             min=0,
             max=1,
             base_colour=BAD,
-            queries=(Query("leakwatch_vllm_up", "vLLM up"),),
+            queries=(Query(per_side("leakwatch_vllm_up", "vLLM up"), "{{series}}"),),
             thresholds=((1, OK),),
             ranges=((-0.5, 0.5, "down"), (0.5, 1.5, "up")),
             description="1 when the exporter could read vLLM's request counter this scrape; per-request "

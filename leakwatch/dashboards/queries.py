@@ -10,6 +10,7 @@ import math
 import re
 
 from ..rules import config as alert_config
+from ..topology import DEPLOYMENT_LABEL
 
 # The scrape jobs' selectors the rules use (config/alerts.yaml), so a renamed job is renamed once.
 _ALERTS = alert_config.load()
@@ -39,14 +40,35 @@ def quantile(q: float, histogram: str, by: str = "model_name", selector: str = V
     return f"histogram_quantile({q}, sum by ({group}) ({rate(histogram + '_bucket', selector)}))"
 
 
+def per_side(expr: str, text: str = "", *labels: str, into: str = "series") -> str:
+    """`expr` with a label `into` for legends: `text` and the values of `labels` joined by spaces,
+    led by the canary's side where the series carry one (their deployment label, docs/canary.md),
+    e.g. "canary p90 demo", and "p90 demo" without a canary. Grafana prints a missing label's name,
+    so a legend may only name labels every series has; this one always exists."""
+    if text:
+        # A constant (label_replace of the empty value of `into` itself, which the series lack).
+        expr = f'label_replace({expr}, "{into}", "{text}", "{into}", "")'
+        labels = (into, *labels)
+    names = ", ".join(f'"{name}"' for name in (DEPLOYMENT_LABEL, *labels))
+    joined = f'label_join({expr}, "{into}", " ", {names})'
+    # Without a side the joined value starts with the separator: drop it.
+    return f'label_replace({joined}, "{into}", "$1", "{into}", " (.*)")'
+
+
 def per_process(selector: str) -> str:
-    """Series labelled role and rank, with a `process` label such as "worker 0" for legends: rank is
-    empty (so absent) outside the workers, and Grafana prints a missing label's name."""
-    return f'label_join({selector}, "process", " ", "role", "rank")'
+    """Series labelled role and rank, with a `process` label such as "worker 0" (or "canary worker
+    0", see per_side) for legends: rank is empty (so absent) outside the workers, and Grafana prints
+    a missing label's name."""
+    return per_side(selector, "", "role", "rank", into="process")
 
 
 def ratio(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator})"
+
+
+def sides(by: str = "") -> str:
+    """A grouping clause's labels with the canary's deployment label added: its sides stay apart."""
+    return ", ".join(filter(None, (by, DEPLOYMENT_LABEL)))
 
 
 def failed_api_calls(by: str = "") -> str:

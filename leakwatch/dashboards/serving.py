@@ -3,11 +3,13 @@ own /metrics (current names: kv_cache_usage_perc, inter_token_latency_seconds)."
 
 from __future__ import annotations
 
+from ..catalogue import host_leak_measure
+from ..rules.config import load as load_thresholds
 from . import levels
 from .board import TOKENS_PER_S, Board, Panel, Query, Row
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
 from .levels import NEUTRAL
-from .queries import VLLM, VLLM_API, failed_api_calls, quantile, rate, ratio
+from .queries import VLLM, VLLM_API, failed_api_calls, per_side, quantile, rate, ratio, sides
 
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -144,7 +146,16 @@ throughput = Row(
             unit="reqps",
             width=8,
             stacked=True,
-            queries=(Query(f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}"),),
+            queries=(
+                Query(
+                    per_side(
+                        f"sum by ({sides('finished_reason')}) ({rate('vllm:request_success_total')})",
+                        "",
+                        "finished_reason",
+                    ),
+                    "{{series}}",
+                ),
+            ),
             base_colour=NEUTRAL,
             description="stop: the model ended; length: max_tokens reached; abort: the client went away; "
             "error: the engine failed the request. Healthy: stop and length only.",
@@ -154,8 +165,13 @@ throughput = Row(
             unit=TOKENS_PER_S,
             width=8,
             queries=(
-                Query(f"sum({rate('vllm:prompt_tokens_total')})", "prompt (prefill)"),
-                Query(f"sum({rate('vllm:generation_tokens_total')})", "generated"),
+                Query(
+                    per_side(f"sum by ({sides()}) ({rate('vllm:prompt_tokens_total')})", "prompt (prefill)"),
+                    "{{series}}",
+                ),
+                Query(
+                    per_side(f"sum by ({sides()}) ({rate('vllm:generation_tokens_total')})", "generated"), "{{series}}"
+                ),
             ),
             base_colour=NEUTRAL,
             description="Prompt tokens processed and output tokens generated per second. Healthy: generation "
@@ -195,7 +211,11 @@ scheduler = Row(
             width=6,
             min=0,
             max=1,
-            queries=(Query(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "{{model_name}} engine {{engine}}"),),
+            queries=(
+                Query(
+                    per_side(f"vllm:kv_cache_usage_perc{{{VLLM}}}", "", "model_name"), "{{series}} engine {{engine}}"
+                ),
+            ),
             thresholds=levels.KV_CACHE,
             description="Share of KV-cache blocks in use (vllm:kv_cache_usage_perc; the old "
             "gpu_cache_usage_perc is gone). Healthy: high under load is fine while preemptions stay at 0.",
@@ -204,7 +224,12 @@ scheduler = Row(
             title="Preemptions per second",
             unit="ops",
             width=6,
-            queries=(Query(f"sum({rate('vllm:num_preemptions_total')})", "preemptions/s"),),
+            queries=(
+                Query(
+                    per_side(f"sum by ({sides()}) ({rate('vllm:num_preemptions_total')})", "preemptions/s"),
+                    "{{series}}",
+                ),
+            ),
             thresholds=levels.PREEMPTIONS_PER_S,
             description="Requests evicted from the KV cache and recomputed later. Healthy: 0; sustained "
             "preemptions mean the cache is too small for the concurrency.",
@@ -217,11 +242,14 @@ scheduler = Row(
             max=1,
             queries=(
                 Query(
-                    ratio(
-                        f"sum({rate('vllm:prefix_cache_hits_total')})",
-                        f"sum({rate('vllm:prefix_cache_queries_total')})",
+                    per_side(
+                        ratio(
+                            f"sum by ({sides()}) ({rate('vllm:prefix_cache_hits_total')})",
+                            f"sum by ({sides()}) ({rate('vllm:prefix_cache_queries_total')})",
+                        ),
+                        "hit rate",
                     ),
-                    "hit rate",
+                    "{{series}}",
                 ),
             ),
             base_colour=NEUTRAL,
@@ -239,7 +267,9 @@ errors = Row(
             title="Failed API calls by status",
             unit="reqps",
             width=8,
-            queries=(Query(failed_api_calls("status, handler"), "{{status}} {{handler}}"),),
+            queries=(
+                Query(per_side(failed_api_calls(sides("status, handler")), "", "status", "handler"), "{{series}}"),
+            ),
             thresholds=levels.FAILURES_PER_S,
             description="Non-2xx answers of the OpenAI API per second. Healthy: none. 4xx: client mistakes "
             "(model name, prompt too long); 5xx: the server failed.",
@@ -250,8 +280,13 @@ errors = Row(
             width=8,
             queries=(
                 Query(
-                    f'sum by (finished_reason) (rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
-                    "{{finished_reason}}",
+                    per_side(
+                        f"sum by ({sides('finished_reason')}) "
+                        f'(rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
+                        "",
+                        "finished_reason",
+                    ),
+                    "{{series}}",
                 ),
             ),
             thresholds=levels.FAILURES_PER_S,
@@ -262,10 +297,115 @@ errors = Row(
             title="Requests rejected at admission",
             unit="reqps",
             width=8,
-            queries=(Query(f"sum by (reason) ({rate('vllm:admission_rejections_total')})", "{{reason}}"),),
+            queries=(
+                Query(
+                    per_side(f"sum by ({sides('reason')}) ({rate('vllm:admission_rejections_total')})", "", "reason"),
+                    "{{series}}",
+                ),
+            ),
             thresholds=levels.FAILURES_PER_S,
             description="Requests refused because a queue limit was reached. Healthy: 0; otherwise add "
             "capacity or shed load upstream.",
+        ),
+    ),
+)
+
+# The canary rollout's sides (docs/canary.md), side by side; without a canary each panel shows the
+# one deployment there is. Memory is the host leak rules' measure over HostMemoryLeak's window.
+LEAK_WINDOW = load_thresholds().section("host").dur("leak_window")
+ROLE_GROWTH = host_leak_measure(lambda name: f"deriv({name}[{LEAK_WINDOW}])")
+SIDE_REQUESTS = f"sum by ({sides()}) (rate(vllm:request_success_total{{{VLLM}}}[{LEAK_WINDOW}]))"
+ALL_REQUESTS = f"sum({rate('vllm:request_success_total')})"
+
+canary = Row(
+    "Canary vs stable",
+    (
+        Panel(
+            title="Host memory growth per request, per side and role",
+            unit="bytes",
+            width=12,
+            queries=(
+                Query(
+                    per_side(
+                        f"({ROLE_GROWTH})\n/ on ({sides()}) group_left () ({SIDE_REQUESTS} > 0)", "", "role", "rank"
+                    ),
+                    "{{series}}",
+                ),
+            ),
+            thresholds=levels.GROWTH_PER_REQUEST,
+            description=f"Each vLLM process role's anonymous memory + swap growth over the last {LEAK_WINDOW} "
+            "(HostMemoryLeak's measure and window, as one slope: the rule also needs most slices to grow), "
+            "divided by the requests its own side finished. Healthy: both sides near 0 once warm; a canary "
+            "above the stable side leaks more per request (`leakwatch check --compare stable canary` "
+            "gives the verdict with its confidence).",
+        ),
+        Panel(
+            title="Share of requests per side",
+            unit="percentunit",
+            width=12,
+            min=0,
+            max=1,
+            queries=(
+                Query(
+                    per_side(
+                        f"sum by ({sides()}) ({rate('vllm:request_success_total')}) / on () group_left () {ALL_REQUESTS}",
+                        "requests",
+                    ),
+                    "{{series}}",
+                ),
+            ),
+            base_colour=NEUTRAL,
+            description="Each side's share of the requests finished: the router's split as the vLLMs count "
+            "it. Healthy: the split you set (`leakwatch canary-router show`), 90/10 by default.",
+        ),
+        Panel(
+            title="Time to first token per side",
+            unit="s",
+            width=8,
+            queries=percentiles(TTFT, by=""),
+            thresholds=levels.TTFT,
+            description="p50 / p90 / p99 of each side's time to first token. Healthy: the canary's within "
+            "noise of the stable side's.",
+        ),
+        Panel(
+            title="Time between tokens per side",
+            unit="s",
+            width=8,
+            queries=percentiles(ITL, by=""),
+            thresholds=levels.ITL,
+            description="p50 / p90 / p99 of each side's inter-token latency. Healthy: the canary's within "
+            "noise of the stable side's.",
+        ),
+        Panel(
+            title="Failed requests per side",
+            unit="percentunit",
+            width=8,
+            min=0,
+            queries=(
+                Query(
+                    per_side(
+                        ratio(
+                            failed_api_calls(sides()), f"sum by ({sides()}) ({rate('http_requests_total', VLLM_API)})"
+                        ),
+                        "failed API calls",
+                    ),
+                    "{{series}}",
+                ),
+                Query(
+                    per_side(
+                        ratio(
+                            f"sum by ({sides()}) "
+                            f'(rate(vllm:request_success_total{{{VLLM}, finished_reason=~"abort|error"}}[$__rate_interval]))',
+                            f"sum by ({sides()}) ({rate('vllm:request_success_total')})",
+                        ),
+                        "aborted or failed generations",
+                    ),
+                    "{{series}}",
+                ),
+            ),
+            thresholds=levels.ERROR_RATIO,
+            description="Shares, so sides with 90 % and 10 % of the traffic compare: non-2xx answers of the "
+            "OpenAI API, and requests vLLM ended as abort or error. Healthy: both near 0 and alike.",
         ),
     ),
 )
@@ -274,11 +414,12 @@ BOARD = Board(
     uid="leakwatch-serving",
     title="leakwatch / vLLM serving",
     description="Does vLLM meet its latency objectives, how much does it serve, and is it saturated or "
-    "failing: latency percentiles, throughput, the scheduler, the KV cache and errors.",
+    "failing: latency percentiles, throughput, the scheduler, the KV cache and errors; with a canary, "
+    "its side against the stable one.",
     source="leakwatch/dashboards/serving.py",
     time_from="now-6h",
     refresh="30s",
     variables=(MODEL, INSTANCE),
-    rows=(now, latency, throughput, scheduler, errors),
+    rows=(now, latency, throughput, scheduler, errors, canary),
     annotations=(FIRING_ALERTS, VLLM_RESTARTS, HEALER_RESTARTS),
 )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from .. import profiles as model_profiles
 from ..durations import format_duration
 from ..heal import config as healer_config
+from ..topology import DEPLOYMENT_LABEL
 from .config import MIB, number
 from .promql import by, fill, on
 from .recording import Context
@@ -122,7 +123,7 @@ def _running_out(ctx: Context, m: Memory) -> list[Alert]:
 
     def forecast(runout: str, grows: str, within: float) -> str:
         # The time to exhaustion takes vLLM's labels (instance, job: whom the healer restarts).
-        return f"{runout}\n  + {m.on} group_right () (0 * (\n  {grows}\n))\n< {number(within)}\nunless {ctx.on_host()} {guard}"
+        return f"{runout}\n  + {m.on} group_right () (0 * (\n  {grows}\n))\n< {number(within)}\nunless {ctx.on_side()} {guard}"
 
     # Hysteresis: an allocator's staircase moves the slopes of 2-minute slices by half, so once
     # firing the alert holds while vLLM's memory still grows over the whole window and the free
@@ -130,9 +131,11 @@ def _running_out(ctx: Context, m: Memory) -> list[Alert]:
     whole_runout = f"({m.free}) / ({m.falls.format(window=window)} > 0)"
     whole_grows = f"deriv({m.vllm}[{window}]) > 0"
     where = {
-        "host": "The memory vLLM can still take on {{ $labels.instance }} (available memory and free swap, or "
+        "host": "The memory vLLM can still take on {{ $labels.instance }}"
+        + SIDE
+        + " (available memory and free swap, or "
         "the container's headroom)",
-        "gpu": "GPU {{ $labels.gpu }}'s free memory on {{ $labels.instance }}",
+        "gpu": "GPU {{ $labels.gpu }}'s free memory on {{ $labels.instance }}" + SIDE,
     }[m.section]
     alerts = []
     for severity, key in (("warning", "runout_warning_within"), ("critical", "runout_critical_within")):
@@ -172,14 +175,16 @@ def _growing(rate_series: str, min_rate: float) -> str:
     return f"({rate_series} > {number(min_rate)})"
 
 
-def _still_leaking(ctx: Context, sec, value: str, low_growths: list[str], released: str, restarted: str) -> str:
+def _still_leaking(
+    ctx: Context, sec, value: str, low_growths: list[str], released: str, restarted: str, per_host: bool = False
+) -> str:
     """Hysteresis for a firing leak alert: its figure (`value`, so the notification still says what
     the alert measures) while the lows still rise over any of the given windows, the memory gave
-    nothing back, and vLLM was not restarted."""
+    nothing back, and vLLM was not restarted (`restarted` per side, or per host for a card's)."""
     rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
     return (
         f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
-        f"unless {ctx.on_host()} {restarted}"
+        f"unless {ctx.on_host() if per_host else ctx.on_side()} {restarted}"
     )
 
 
@@ -193,7 +198,9 @@ def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "")
 
 
 CARD = "GPU {{ $labels.gpu }} ({{ $labels.modelName }}) on {{ $labels.Hostname }}"
-ROLE = "vLLM {{ $labels.role }}{{ with $labels.rank }} rank {{ . }}{{ end }} on {{ $labels.instance }}"
+# The canary's side, where the series carry one (docs/canary.md); nothing without a canary.
+SIDE = f"{{{{ with $labels.{DEPLOYMENT_LABEL} }}}} ({{{{ . }}}} deployment){{{{ end }}}}"
+ROLE = "vLLM {{ $labels.role }}{{ with $labels.rank }} rank {{ . }}{{ end }} on {{ $labels.instance }}" + SIDE
 
 
 def gpu_alerts(ctx: Context) -> list[Alert]:
@@ -238,7 +245,12 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             )
         )
 
+    # The card's rules read DCGM, which cannot tell which side's process grew: with a canary they
+    # stay per card, its growth per request served by every side of the host, and skip windows
+    # that reach back to a restart of any side. The exporter's per-process rules below are per side.
     fast_s = g.seconds("fast_window")
+    card_fast_requests = ctx.host_requests("gpu", "fast_window")
+    card_restarted = ctx.restarted_within(fast_s, "gpu", per_host=True)
     fast_requests = ctx.requests("gpu", "fast_window")
     restarted = ctx.restarted_within(fast_s, "gpu")
     per_request = number(g.num("fast_min_mib_per_request") * MIB)
@@ -246,12 +258,12 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "GPUMemoryLeakSuspected",
             "warning",
-            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}\n> {per_request}\n"
             f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
-            f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+            f"and {ctx.on_host()} ({card_fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
-            + f"unless {ctx.on_host()} {restarted}",
+            + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
             fill(
@@ -268,7 +280,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
             f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
-            + f"unless {ctx.on_host()} {restarted}",
+            + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
             f"{CARD} keeps growing and is full in {{{{ $value | humanizeDuration }}}} at the rate of the last "
@@ -278,7 +290,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     )
 
     slow_s = g.seconds("slow_window")
-    slow_requests = ctx.requests("gpu", "slow_window")
+    slow_requests = ctx.host_requests("gpu", "slow_window")
     alerts.append(
         Alert(
             "GPUMemoryGrowthPerRequest",
@@ -289,7 +301,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
-            + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu')}",
+            + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu', per_host=True)}",
             g.dur("slow_for"),
             "A GPU's memory grows slowly but steadily with the requests served.",
             fill(
@@ -304,12 +316,12 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "GPUProcessMemoryLeak",
             "warning",
-            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}\n> {per_request}\n"
+            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}\n> {per_request}\n"
             f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
-            f"and {ctx.on_host()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
+            f"and {ctx.on_side()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
-            + f"unless {ctx.on_host()} {restarted}",
+            + f"unless {ctx.on_side()} {restarted}",
             g.dur("fast_for"),
             "A vLLM process's GPU memory grows with every request.",
             fill(
@@ -329,11 +341,13 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
             + _net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
             + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
-            f"unless {ctx.on_host()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
+            f"unless {ctx.on_side()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
             g.dur("retention_for"),
             "GPU memory taken during requests is not given back, and it accumulates.",
             fill(
-                "GPU {{ $labels.gpu }} on {{ $labels.instance }} still holds {{ $value | humanizePercentage }} of "
+                "GPU {{ $labels.gpu }} on {{ $labels.instance }}"
+                + SIDE
+                + " still holds {{ $value | humanizePercentage }} of "
                 "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
                 "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
                 "last <window>.",
@@ -361,10 +375,11 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         ("GPUMemoryLeakSuspected", "warning"): _still_leaking(
             ctx,
             g,
-            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}",
             card_lows,
             ctx.gpu_released,
-            restarted,
+            card_restarted,
+            per_host=True,
         ),
         # (The critical twins have none: the healer acts on their first firing.)
         ("GPUMemoryGrowthPerRequest", "warning"): _still_leaking(
@@ -373,12 +388,13 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}",
             [ctx.gpu_low_growth_slow],
             ctx.gpu_released,
-            ctx.restarted_within(slow_s, "gpu"),
+            ctx.restarted_within(slow_s, "gpu", per_host=True),
+            per_host=True,
         ),
         ("GPUProcessMemoryLeak", "warning"): _still_leaking(
             ctx,
             g,
-            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {fast_requests}",
+            f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}",
             [ctx.gpu_process_low_growth],
             ctx.gpu_process_released,
             restarted,
@@ -410,12 +426,12 @@ def host_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "HostMemoryLeak",
             "warning",
-            f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}\n> 0\n"
+            f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_side()} group_left () {requests}\n> 0\n"
             f"and {growing}\n"
             f"and {above_baseline}\n"
-            f"and {ctx.on_host()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
+            f"and {ctx.on_side()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
             + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
-            + f"unless {ctx.on_host()} {restarted}",
+            + f"unless {ctx.on_side()} {restarted}",
             h.dur("leak_for"),
             "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
             fill(
@@ -434,7 +450,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"and {growing}\n"
             f"and {above_baseline}\n"
             + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
-            + f"unless {ctx.on_host()} {restarted}",
+            + f"unless {ctx.on_side()} {restarted}",
             h.dur("leak_for"),
             "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
             f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
@@ -443,7 +459,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
             remediate=True,
         )
     )
-    per_request = f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_host()} group_left () {requests}"
+    per_request = f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_side()} group_left () {requests}"
     still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
     alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
@@ -480,13 +496,15 @@ def host_alerts(ctx: Context) -> list[Alert]:
     # What vLLM can hold at most: what it holds plus what it can still take (the host's available
     # memory and free swap, or the container's headroom). MemTotal is shared with the system and
     # other programs, so a share of it is a level vLLM may never reach before the OOM killer acts.
-    pss = f"sum {ctx.by_host()} ({ctx.exporter('leakwatch_process_proportional_memory_bytes')})"
+    # Per side: with a canary, each side's share of what it can have (both take from the host's).
+    pss = f"sum {ctx.by_side()} ({ctx.exporter('leakwatch_process_proportional_memory_bytes')})"
     for severity, key in (("warning", "usage_warning_share"), ("critical", "usage_critical_share")):
         alerts.append(
             Alert(
                 "HighMemoryUsage",
                 severity,
-                f"{pss}\n  / {ctx.on_host()} ({pss} + {ctx.on_host()} {ctx.host_available})\n> {number(h.num(key))}",
+                f"{pss}\n  / {ctx.on_side()} ({pss} + {ctx.on_host()} group_left () {ctx.host_available})\n"
+                f"> {number(h.num(key))}",
                 h.dur("usage_for"),
                 "vLLM's processes hold most of the memory they can have.",
                 "vLLM's processes (API server, EngineCore, workers; proportional set size) hold "
@@ -504,11 +522,13 @@ def metrics_alerts(ctx: Context) -> list[Alert]:
             "VLLMMetricsCardinalityGrowing",
             "warning",
             f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
-            f"unless {ctx.on_host()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
+            f"unless {ctx.on_side()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
             m.dur("series_for"),
             "vLLM's /metrics keeps gaining series (label cardinality).",
             fill(
-                "vLLM's /metrics on {{ $labels.instance }} gains {{ $value | humanize }} series per hour (in most "
+                "vLLM's /metrics on {{ $labels.instance }}"
+                + SIDE
+                + " gains {{ $value | humanize }} series per hour (in most "
                 "slices of the last <window>). Churning label values (e.g. per-adapter labels) grow the API "
                 "server's memory and Prometheus's.",
                 window=m.dur("series_window"),
@@ -537,6 +557,10 @@ def serving_alerts(ctx: Context) -> list[Alert]:
     def processes(role: str) -> str:
         return ctx.exporter("leakwatch_processes", f'role="{role}"')
 
+    # One scrape target, and its side of a canary (docs/canary.md) in the alert's labels.
+    target = ["instance", "job", DEPLOYMENT_LABEL]
+    exporter_target = by(target)
+
     alerts = [
         Alert(
             "VLLMDown",
@@ -544,7 +568,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             f"{up} == 0",
             s.dur("down_for"),
             "Prometheus cannot scrape vLLM.",
-            "vLLM at {{ $labels.instance }} has not answered Prometheus's scrapes for "
+            "vLLM at {{ $labels.instance }}" + SIDE + " has not answered Prometheus's scrapes for "
             f"{s.dur('down_for')}: it is down, stuck in start-up, or unreachable.",
         ),
         Alert(
@@ -553,18 +577,20 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             f"up == 0 unless on (job, instance) {up}",
             s.dur("target_down_for"),
             "A scrape target of the stack is down.",
-            "{{ $labels.job }} at {{ $labels.instance }} has been down for "
+            "{{ $labels.job }} at {{ $labels.instance }}" + SIDE + " has been down for "
             f"{s.dur('target_down_for')}; the alerts that read its metrics are blind meanwhile.",
         ),
         Alert(
             "VLLMEngineDown",
             "critical",
-            f"(sum by (instance, job) ({processes('api_server')}) > 0)\n"
-            f"unless on (instance, job)\n"
-            f"(sum by (instance, job) ({processes('engine_core')}) > 0)",
+            f"(sum {exporter_target} ({processes('api_server')}) > 0)\n"
+            f"unless {on(target)}\n"
+            f"(sum {exporter_target} ({processes('engine_core')}) > 0)",
             s.dur("engine_down_for"),
             "vLLM's API server is running without its engine.",
-            "The exporter at {{ $labels.instance }} sees vLLM's API server but no VLLM::EngineCore process: "
+            "The exporter at {{ $labels.instance }}"
+            + SIDE
+            + " sees vLLM's API server but no VLLM::EngineCore process: "
             "requests cannot be served.",
         ),
     ]
@@ -576,7 +602,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
                 f"changes({ctx.vllm('process_start_time_seconds')}[{s.dur('restarts_window')}]) >= {number(s.num(key))}",
                 s.dur("restarts_for"),
                 "vLLM keeps restarting.",
-                f"vLLM at {{{{ $labels.instance }}}} restarted {{{{ $value }}}} times in {s.dur('restarts_window')}. "
+                f"vLLM at {{{{ $labels.instance }}}}{SIDE} restarted {{{{ $value }}}} times in {s.dur('restarts_window')}. "
                 "A crash loop (e.g. out of memory every few hours) hides from the leak rules, which skip "
                 "windows that contain a restart.",
             )
@@ -591,7 +617,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             f"and increase({ctx.vllm('vllm:num_preemptions_total')}[{kv_window}]) > 0",
             s.dur("kv_for"),
             "vLLM's KV cache is full and requests are being preempted.",
-            f"The KV cache of {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} averaged "
+            f"The KV cache of {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}}{SIDE} averaged "
             f"{{{{ $value | humanizePercentage }}}} over {kv_window} and requests were preempted (recomputed): "
             "throughput and latency suffer. Lower max_num_seqs or add capacity.",
         )
@@ -603,13 +629,13 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             f"min_over_time({ctx.vllm('vllm:num_requests_waiting')}[{s.dur('queue_window')}]) >= {number(s.num('queue_min_waiting'))}",
             s.dur("queue_for"),
             "Requests keep waiting in vLLM's queue.",
-            f"At least {{{{ $value }}}} requests for {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}} were "
+            f"At least {{{{ $value }}}} requests for {{{{ $labels.model_name }}}} at {{{{ $labels.instance }}}}{SIDE} were "
             f"waiting at every moment of the last {s.dur('queue_window')}: the server is saturated.",
         )
     )
 
     window = s.dur("objective_window")
-    labels = ["instance", "job", "model_name"]
+    labels = ["instance", "job", "model_name", DEPLOYMENT_LABEL]
     min_requests = number(s.num("objective_min_requests"))
 
     def enough(histogram: str, minimum: str) -> str:
@@ -665,7 +691,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
                 summary,
                 fill(
                     f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.model_name }}}}'s {what} over the last "
-                    "<window> at {{ $labels.instance }} (objective: at most <share>).",
+                    "<window> at {{ $labels.instance }}" + SIDE + " (objective: at most <share>).",
                     window=window,
                     limit=number(s.num(limit_key)),
                     share=f"{s.num(share_key):.0%}",
@@ -675,21 +701,21 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
     error_window = s.dur("error_window")
     v1 = 'handler=~"/v1/.+"'
-    total = f"sum by (instance, job) (rate({ctx.vllm('http_requests_total', v1)}[{error_window}]))"
+    total = f"sum {by(target)} (rate({ctx.vllm('http_requests_total', v1)}[{error_window}]))"
     failed = ctx.vllm("http_requests_total", v1, 'status="5xx"')
-    errors = f"sum by (instance, job) (rate({failed}[{error_window}]))"
+    errors = f"sum {by(target)} (rate({failed}[{error_window}]))"
     for severity, key in (("warning", "error_warning_share"), ("critical", "error_critical_share")):
         alerts.append(
             Alert(
                 "VLLMRequestErrors",
                 severity,
                 f"{errors}\n  / {total}\n> {number(s.num(key))}\n"
-                f"and sum by (instance, job) (increase({ctx.vllm('http_requests_total', v1)}[{error_window}])) "
+                f"and sum {by(target)} (increase({ctx.vllm('http_requests_total', v1)}[{error_window}])) "
                 f">= {number(s.num('error_min_requests'))}\n"
-                f"and sum by (instance, job) (increase({failed}[{error_window}])) >= {number(s.num('error_min_errors'))}",
+                f"and sum {by(target)} (increase({failed}[{error_window}])) >= {number(s.num('error_min_errors'))}",
                 s.dur("error_for"),
                 "vLLM answers too many requests with server errors.",
-                f"{{{{ $value | humanizePercentage }}}} of the /v1 requests to {{{{ $labels.instance }}}} failed with "
+                f"{{{{ $value | humanizePercentage }}}} of the /v1 requests to {{{{ $labels.instance }}}}{SIDE} failed with "
                 f"a 5xx status over the last {error_window}.",
             )
         )
@@ -709,7 +735,9 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             s.dur("regression_for"),
             "Requests take much longer than at the same time last week.",
             fill(
-                "The mean request duration of {{ $labels.model_name }} at {{ $labels.instance }} over the last "
+                "The mean request duration of {{ $labels.model_name }} at {{ $labels.instance }}"
+                + SIDE
+                + " over the last "
                 "<window> is {{ $value | humanize }} times that of the same hour a week ago (both hours served "
                 "at least <min> requests).",
                 window=reg,
@@ -723,8 +751,8 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
     def per_request(window: str) -> str:
         return (
-            f"sum {ctx.by_host('instance', 'job')} (increase({gen2}[{window}]))\n"
-            f"  / {ctx.on_host()} group_left () sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))"
+            f"sum {ctx.by_side('instance', 'job')} (increase({gen2}[{window}]))\n"
+            f"  / {ctx.on_side()} group_left () sum {ctx.by_side()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))"
         )
 
     alerts.append(
@@ -732,13 +760,15 @@ def serving_alerts(ctx: Context) -> list[Alert]:
             "PythonGCSpike",
             "warning",
             f"(\n  {per_request(gc_window)}\n)\n> {number(s.num('gc_factor'))} * (\n  {per_request(gc_base)}\n)\n"
-            f"and sum {ctx.by_host('instance', 'job')} (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
-            f"and {ctx.on_host()} sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{gc_window}])) "
+            f"and sum {ctx.by_side('instance', 'job')} (increase({gen2}[{gc_window}])) >= {number(s.num('gc_min_collections'))}\n"
+            f"and {ctx.on_side()} sum {ctx.by_side()} (increase({ctx.vllm('vllm:request_success_total')}[{gc_window}])) "
             f">= {number(s.num('gc_min_requests'))}",
             s.dur("gc_for"),
             "vLLM's API server runs full Python garbage collections far more often per request than usual.",
             fill(
-                "vLLM's API server at {{ $labels.instance }} ran {{ $value | humanize }} generation-2 garbage "
+                "vLLM's API server at {{ $labels.instance }}"
+                + SIDE
+                + " ran {{ $value | humanize }} generation-2 garbage "
                 "collections per request over the last <window>, more than <factor> times its rate over the "
                 "last <base>. Growing numbers of live Python objects (a leak) make full collections frequent.",
                 window=gc_window,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..catalogue import host_leak_measure
 from ..durations import format_duration, parse_duration
+from ..topology import DEPLOYMENT_LABEL
 from .config import MIB, Thresholds, number
 from .promql import by, on, sel
 
@@ -36,6 +37,8 @@ class Context:
 
     @property
     def host(self) -> list[str]:
+        """One serving host: what the node exporter's and DCGM's series (memory and cards the
+        host's vLLMs share) are judged and joined by."""
         return self.t.host_labels
 
     def by_host(self, *extra: str) -> str:
@@ -44,25 +47,42 @@ class Context:
     def on_host(self) -> str:
         return on(self.host)
 
+    @property
+    def side(self) -> list[str]:
+        """One vLLM deployment on a host: the host plus the canary's deployment label
+        (docs/canary.md), which Prometheus puts on the vLLM and exporter series of each side. Rules
+        that combine vLLM's and the exporter's series join on it, so a canary's requests, restarts
+        and memory are never mixed with the stable side's. Without a canary no series carries the
+        label, and `by`/`on` it group exactly as they would without it."""
+        return self.host + [DEPLOYMENT_LABEL]
+
+    def by_side(self, *extra: str) -> str:
+        return by(self.side + list(extra))
+
+    def on_side(self) -> str:
+        return on(self.side)
+
     # -- windows -------------------------------------------------------------------------------
 
-    def restarted_within(self, window_s: float, warmup: str) -> str:
+    def restarted_within(self, window_s: float, warmup: str, per_host: bool = False) -> str:
         """Non-empty while the window (plus the warm-up) reaches back to a vLLM (re)start: our
         exporter counted a restart within it, its post-warm-up baseline is younger than that, or
         there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
-        process_start_time_seconds does not (multi-API-server mode serves no process_* series)."""
-        return self.started_within(window_s + self.t.warmup_s(warmup))
+        process_start_time_seconds does not (multi-API-server mode serves no process_* series).
+        Per side (join it `on_side()`); per_host: any vLLM of the host (a card's rules, `on_host()`)."""
+        return self.started_within(window_s + self.t.warmup_s(warmup), per_host)
 
-    def started_within(self, span_s: float) -> str:
+    def started_within(self, span_s: float, per_host: bool = False) -> str:
         """Non-empty while vLLM (re)started less than span_s ago, as restarted_within says it."""
         span = format_duration(span_s)
         restarts = self.exporter("leakwatch_vllm_restarts_total")
         baseline = self.exporter("leakwatch_baseline_timestamp_seconds")
         ready = self.exporter("leakwatch_baseline_ready")
+        group = self.by_host() if per_host else self.by_side()
         return (
-            f"((sum {self.by_host()} (changes({restarts}[{span}])) > 0)"
-            f" or (min {self.by_host()} (time() - {baseline}) < {number(span_s)})"
-            f" or (max {self.by_host()} ({ready}) == 0))"
+            f"((sum {group} (changes({restarts}[{span}])) > 0)"
+            f" or (min {group} (time() - {baseline}) < {number(span_s)})"
+            f" or (max {group} ({ready}) == 0))"
         )
 
     # -- recorded series -----------------------------------------------------------------------
@@ -232,7 +252,13 @@ class Context:
         return self.slice_rate_name(self.vllm_gpu_memory, "gpu", "runout_window", "runout_slices")
 
     def requests(self, section: str, key: str) -> str:
+        """Requests each side served in the window (join it `on_side()`)."""
         return self.requests_name(self.t.section(section).dur(key))
+
+    def host_requests(self, section: str, key: str) -> str:
+        """Requests all sides of a host served in the window: what a card's growth is divided by
+        (DCGM's series cannot tell which side's process grew; `on_host()`)."""
+        return f"sum {self.by_host()} ({self.requests(section, key)})"
 
 
 def recording_rules(ctx: Context) -> list[dict]:
@@ -302,22 +328,22 @@ def recording_rules(ctx: Context) -> list[dict]:
     # full (free memory over the growth in most slices of the short runout window).
     record(
         ctx.vllm_gpu_memory,
-        f"sum {ctx.by_host('instance', 'job', 'gpu')} ({ctx.exporter('leakwatch_gpu_process_memory_bytes')})",
+        f"sum {ctx.by_side('instance', 'job', 'gpu')} ({ctx.exporter('leakwatch_gpu_process_memory_bytes')})",
     )
     # (Summed from the exporter's own series, so its growth is a level-2 rule like every other.)
-    record(ctx.vllm_host_memory, f"sum {ctx.by_host('instance', 'job')} ({host_leak_measure(ctx.exporter)})")
+    record(ctx.vllm_host_memory, f"sum {ctx.by_side('instance', 'job')} ({host_leak_measure(ctx.exporter)})")
     device_used = ctx.exporter("leakwatch_gpu_memory_used_bytes")
     record(ctx.device_memory_rate, ctx.slice_rate_expr(device_used, "gpu", "runout_window", "runout_slices"))
-    # Requests finished (any reason) per leak window, for per-request normalisation.
+    # Requests finished (any reason) per leak window and side, for per-request normalisation.
     windows = {gpu.dur("fast_window"), gpu.dur("slow_window"), host.dur("leak_window")}
     for window in sorted(windows, key=parse_duration):
         record(
             ctx.requests_name(window),
-            f"sum {ctx.by_host()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))",
+            f"sum {ctx.by_side()} (increase({ctx.vllm('vllm:request_success_total')}[{window}]))",
         )
     # Per model: mean request duration and requests, compared with the same hour a week earlier.
     window = serving.dur("regression_window")
-    by_model = by(["instance", "job", "model_name"])
+    by_model = by(["instance", "job", "model_name", DEPLOYMENT_LABEL])
     record(
         f"{ctx.model_latency_mean}:mean{window}",
         f"sum {by_model} (rate({ctx.vllm('vllm:e2e_request_latency_seconds_sum')}[{window}]))\n"

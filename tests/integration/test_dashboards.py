@@ -244,3 +244,92 @@ def test_event_panels_are_the_retention_ratios():
     # The end-to-end test lets these be empty until their event happened; keep the list short.
     events = {p.title for b in BOARDS for p in b.panels() if p.event}
     assert events == {"VRAM retention after bursts", "Host memory retention after bursts, per role"}
+
+
+def _evaluate_with_promtool(tmp_path, expr: str, input_series: list[dict], expected: list[dict]) -> str:
+    """promtool's answer on `expr` (Grafana's variables replaced) over `input_series` at 240m: "" when it
+    gives `expected` (promtool's exp_samples), else promtool's report."""
+    values = {"model": ".*", "instance": ".*", "gpu": ".*"}
+    case = {"expr": expand(expr, values, 6 * 3600, 60, 15), "eval_time": "240m", "exp_samples": expected}
+    path = tmp_path / "panel.test.yml"
+    path.write_text(
+        yaml.safe_dump({"tests": [{"interval": "1m", "input_series": input_series, "promql_expr_test": [case]}]})
+    )
+    result = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+def _side(side: str, exporter: str, vllm: str, requests_per_min: int, growth_per_min: int) -> list[dict]:
+    label = f', deployment="{side}"' if side else ""
+    return [
+        {
+            "series": f'leakwatch_process_anonymous_memory_bytes{{role="worker", rank="0", instance="{exporter}", '
+            f'job="leakwatch"{label}}}',
+            "values": f"1000000000+{growth_per_min}x300",
+        },
+        {
+            "series": f'leakwatch_process_swap_bytes{{role="worker", rank="0", instance="{exporter}", job="leakwatch"{label}}}',
+            "values": "0x300",
+        },
+        {
+            "series": f'vllm:request_success_total{{finished_reason="stop", model_name="m", instance="{vllm}", '
+            f'job="vllm"{label}}}',
+            "values": f"0+{requests_per_min}x300",
+        },
+    ]
+
+
+def test_canary_row_divides_each_sides_growth_by_its_own_requests_and_names_the_side(tmp_path):
+    """The Canary vs stable row, evaluated by promtool: a canary worker growing 1 MiB a minute at one
+    request a minute grows 1 MiB per request (not a tenth, the stable side serving nine), legends
+    lead with the side; without a canary the same query gives the one side, its legend the role
+    alone (Grafana would print the name of a label that is missing)."""
+    serving = next(b for b in BOARDS if b.uid == "leakwatch-serving")
+    panels = {p.title: p for row in serving.rows if row.title == "Canary vs stable" for p in row.panels}
+    growth = panels["Host memory growth per request, per side and role"].queries[0]
+    share = panels["Share of requests per side"].queries[0]
+    assert growth.legend == share.legend == "{{series}}"
+    worker = {"role": "worker", "rank": "0", "job": "leakwatch"}
+
+    def sample(series: str, value: float, **labels) -> dict:
+        text = ", ".join(f'{k}="{v}"' for k, v in sorted({**labels, "series": series}.items()))
+        return {"labels": f"{{{text}}}", "value": value}
+
+    two = _side("stable", "127.0.0.1:19405", "127.0.0.1:18000", 9, 0) + _side(
+        "canary", "127.0.0.1:19407", "127.0.0.1:18001", 1, 1048576
+    )
+    assert (
+        _evaluate_with_promtool(
+            tmp_path,
+            growth.expr,
+            two,
+            [
+                sample("canary worker 0", 1048576, instance="127.0.0.1:19407", deployment="canary", **worker),
+                sample("stable worker 0", 0, instance="127.0.0.1:19405", deployment="stable", **worker),
+            ],
+        )
+        == ""
+    )
+    assert (
+        _evaluate_with_promtool(
+            tmp_path,
+            share.expr,
+            two,
+            [sample("canary requests", 0.1, deployment="canary"), sample("stable requests", 0.9, deployment="stable")],
+        )
+        == ""
+    )
+    one = _side("", "127.0.0.1:19405", "127.0.0.1:18000", 1, 1048576)
+    assert (
+        _evaluate_with_promtool(
+            tmp_path, growth.expr, one, [sample("worker 0", 1048576, instance="127.0.0.1:19405", **worker)]
+        )
+        == ""
+    )
+    # The check can fail: the stable side's growth is not the canary's.
+    assert "canary worker 0" in _evaluate_with_promtool(
+        tmp_path,
+        growth.expr,
+        two,
+        [sample("canary worker 0", 0, instance="127.0.0.1:19407", deployment="canary", **worker)],
+    )

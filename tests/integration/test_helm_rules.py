@@ -188,6 +188,7 @@ def _add_the_serving_pods_target(test: dict) -> None:
 # below feed only the node's figures, so on Kubernetes these cases have nothing to compare with.
 KUBERNETES_DIFFERENCES = {  # test_host_leak_exhaustion_on_kubernetes_uses_the_pods_memory_limit covers the first
     ("worker host-memory leak", "HostMemoryLeak", "critical"): "exhaustion forecast needs the pod's cgroup limit",
+    ("host-memory leak on the canary only", "HostMemoryLeak", "critical"): "the same, on the canary's side",
     (
         "memory usage against what the host can give",
         "HighMemoryUsage",
