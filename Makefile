@@ -7,7 +7,7 @@ MODEL ?= demo
 STACK ?= auto
 # IMAGES=local: compose on images built here from Debian and PyPI (hosts that cannot pull; README).
 IMAGES ?=
-# CANARY=1: a canary vLLM beside the stable one, behind the weighted router (docs/canary.md; native).
+# CANARY=1: a canary vLLM beside the stable one, behind the weighted router (docs/canary.md).
 CANARY ?=
 export MODEL STACK VENV IMAGES CANARY
 

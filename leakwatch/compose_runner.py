@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from . import profiles as model_profiles
 from .errors import LeakwatchError
@@ -18,6 +19,9 @@ from .settings import load as load_settings
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
+# CANARY=1: the canary rollout's override, and its image swap for the local set (docs/canary.md).
+CANARY_OVERRIDE = REPO_ROOT / "compose.canary.yaml"
+CANARY_LOCAL_OVERRIDE = REPO_ROOT / "compose.canary.local.yaml"
 ENV_FILE = REPO_ROOT / ".env"
 IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/local_images.py), for hosts that cannot pull
 RECORD_FILE = "compose-stack.json"  # in the state folder: what the last `up` used
@@ -40,13 +44,14 @@ def recorded_up() -> bool:
     return bool(recorded()) and engine_problem(compose_environment(creating=False)) is None
 
 
-def _remember(local: bool, model: str) -> None:
+def _remember(local: bool, model: str, canary: bool = False) -> None:
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
     record = {
         "images": "local" if local else "official",
         "model": model,
         "docker_host": os.environ.get("DOCKER_HOST", ""),
+        "canary": canary,
     }
     (folder / RECORD_FILE).write_text(json.dumps(record) + "\n")
 
@@ -87,10 +92,23 @@ def compose_command() -> list[str]:
     )
 
 
+def router_admin_socket() -> Path:
+    """The canary router's admin socket on the host (compose.canary.yaml mounts its folder)."""
+    from .generate.compose_canary import ADMIN_SOCKET_NAME
+
+    return state_dir() / "canary-router" / ADMIN_SOCKET_NAME
+
+
 def compose_environment(creating: bool = True, local: bool | None = None) -> dict[str, str]:
     """The compose process's environment: the engine `up` used (unless DOCKER_HOST is set), its
     socket for the socket proxy to mount, and placeholders where a value is not really needed."""
     env = dict(os.environ)
+    # compose.canary.yaml: the router's admin socket folder under this state folder (compose would
+    # read a relative path from the repository), owned by whoever runs `make up`.
+    from .generate.compose_canary import ROUTER_USER_ENV
+
+    env["LEAKWATCH_STATE_DIR"] = str(state_dir())
+    env.setdefault(ROUTER_USER_ENV, f"{os.getuid()}:{os.getgid()}")
     if not creating and "DOCKER_HOST" not in env and recorded().get("docker_host"):
         env["DOCKER_HOST"] = recorded()["docker_host"]
     host = env.get("DOCKER_HOST", "")
@@ -135,9 +153,19 @@ def read_env_file(path=ENV_FILE) -> dict[str, str]:
     return values
 
 
-def _compose(*args: str, model: str | None = None, extra_files: tuple = (), local: bool = False) -> list[str]:
+def compose_files(local: bool = False, canary: bool = False) -> list[Path]:
+    """compose.yaml and the overrides the image set and the canary add, in the order they apply."""
+    files = [COMPOSE_FILE, *([LOCAL_OVERRIDE] if local else [])]
+    if canary:
+        files += [CANARY_OVERRIDE, *([CANARY_LOCAL_OVERRIDE] if local else [])]
+    return files
+
+
+def _compose(
+    *args: str, model: str | None = None, extra_files: tuple = (), local: bool = False, canary: bool = False
+) -> list[str]:
     profile_args = ["--profile", model] if model else ["--profile", "*"]
-    files = ["-f", str(COMPOSE_FILE), *(["-f", str(LOCAL_OVERRIDE)] if local else [])]
+    files = [arg for path in compose_files(local, canary) for arg in ("-f", str(path))]
     files += [arg for path in extra_files for arg in ("-f", str(path))]  # e.g. the drill's override
     return [*compose_command(), *files, "--project-directory", str(REPO_ROOT), *profile_args, *args]
 
@@ -150,8 +178,9 @@ def _run(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def _manage(*args: str) -> int:
-    """down / ps / logs on the stack `up` recorded (image set, engine), needing none of its secrets."""
+    """down / ps / logs on the stack `up` recorded (image set, engine, canary), needing none of its secrets."""
     local = local_images_selected(remembered=True)
+    canary = bool(recorded().get("canary"))
     env = compose_environment(creating=False, local=local)
     problem = engine_problem(env)
     if problem:
@@ -159,7 +188,7 @@ def _manage(*args: str) -> int:
             f"no Docker engine to ask about the compose stack: {problem}"
             + (f" (make up used DOCKER_HOST={env['DOCKER_HOST']})" if env.get("DOCKER_HOST") else "")
         )
-    return _run(_compose(*args, local=local), env)
+    return _run(_compose(*args, local=local, canary=canary), env)
 
 
 def require_engine(env: dict[str, str] | None = None) -> None:
@@ -178,7 +207,7 @@ def require_mount_propagation(local: bool, env: dict[str, str]) -> None:
     from .engine_mounts import rslave_problem
 
     plan: dict = {"services": {}}
-    for path in [COMPOSE_FILE, *([LOCAL_OVERRIDE] if local else [])]:
+    for path in compose_files(local):
         for name, service in (yaml.safe_load(path.read_text()).get("services") or {}).items():
             plan["services"].setdefault(name, {}).setdefault("volumes", []).extend(service.get("volumes") or [])
     problem = rslave_problem(plan, env.get("DOCKER_HOST"))
@@ -208,8 +237,25 @@ def ensure_healer_token() -> None:
     webauth.ensure(COMPOSE_SECRETS_DIR, mode=0o644)
 
 
-def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
+def require_canary_possible(profile: model_profiles.Profile, canary: bool) -> None:
+    """The canary needs a profile compose.canary.yaml has one for, and no stack of the other shape
+    running (compose would leave the canary's containers behind, or add them beside a plain stack)."""
+    if canary and profile.needs_gpu:
+        raise LeakwatchError(
+            f"CANARY=1 with STACK=compose runs profiles without a GPU so far ({profile.name!r} needs "
+            f"{profile.gpu_count} GPUs, and the canary a second set; docs/canary.md)"
+        )
+    previous = recorded()
+    if previous and bool(previous.get("canary")) != canary:
+        have = "with" if previous.get("canary") else "without"
+        raise LeakwatchError(f"the compose stack is already up {have} the canary; run `make down` first")
+
+
+def up(model: str, out=sys.stdout, extra_files: tuple = (), canary: bool = False) -> None:
+    """canary: compose.canary.yaml on top (docs/canary.md); returns once both vLLMs are healthy and
+    the router's own checks have both in rotation."""
     profile = model_profiles.load(model)
+    require_canary_possible(profile, canary)
     local = local_images_selected()
     if not local:
         require_grafana_password()
@@ -222,10 +268,16 @@ def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
 
         print("compose: building the local image set where its inputs changed (IMAGES=local)", file=out, flush=True)
         local_images.ensure(out=out)
+    if canary:
+        # The router's admin socket folder: only this user gets in (HAProxy runs as this user).
+        router_admin_socket().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Before compose starts anything: a `make down` after a half-finished `up` still finds it all.
-    _remember(local, profile.name)
-    if _run(_compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files, local=local), env) != 0:
+    _remember(local, profile.name, canary)
+    command = _compose("up", "-d", "--wait", model=profile.name, extra_files=extra_files, local=local, canary=canary)
+    if _run(command, env) != 0:
         raise LeakwatchError("docker compose up did not get every service healthy; see `make status` and `make logs`")
+    if canary:
+        _wait_router_sides()
     settings = load_settings()
     host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
     grafana = (
@@ -245,10 +297,34 @@ def up(model: str, out=sys.stdout, extra_files: tuple = ()) -> None:
         f"  node exporter     {url['node_exporter']}/metrics\n"
         f"  healer            not published (Alertmanager reaches it on the compose network)\n"
         f"  memory exporter   {url['leakwatch_exporter']}/metrics\n"
+        f"{_canary_urls(host) if canary else ''}"
         f"  Grafana           {grafana}\n"
         f"  logs              make logs\n"
         f"  stop              make down\n",
         file=out,
+    )
+
+
+def _wait_router_sides(timeout_s: float = 60) -> None:
+    """The native runner's wait: healthy vLLMs are not yet the router's until its own checks see them."""
+    from .canary.router import RouterAdmin
+
+    states = RouterAdmin(router_admin_socket()).wait_sides_up(timeout_s)
+    if states is not None:
+        raise LeakwatchError(
+            f"the canary router does not see both sides up after {timeout_s:g}s ({states}, admin socket "
+            f"{router_admin_socket()}); see `make logs` (service canary-router)"
+        )
+
+
+def _canary_urls(host: str) -> str:
+    settings = load_settings()
+    url = {name: f"http://{host}:{settings.service(name).port}" for name in ("canary_router", "vllm_canary")}
+    exporter = f"http://{host}:{settings.service('leakwatch_exporter_canary').port}/metrics"
+    return (
+        f"  canary router     {url['canary_router']}/v1  (stable http://{host}:{settings.service('vllm').port}, "
+        f"canary {url['vllm_canary']}; split: leakwatch canary-router show --admin-socket {router_admin_socket()})\n"
+        f"  canary exporter   {exporter}\n"
     )
 
 

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=os.environ.get("CANARY", "").strip().lower() in ("1", "true", "yes"),
         help="up: also a canary vLLM of the profile and the weighted router in front of both (env CANARY=1; "
-        "native runner; docs/canary.md)",
+        "docs/canary.md)",
     )
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
 
@@ -51,18 +51,12 @@ def run(args: argparse.Namespace) -> int:
         runner = "native"
     elif args.action != "up" and (args.runner or "auto").strip().lower() == "auto" and compose_runner.recorded_up():
         runner = "compose"
-    elif args.action == "up" and args.canary and (args.runner or "auto").strip().lower() == "auto":
-        runner = "native"  # the canary topology exists in the native runner only so far
     else:
         runner = choose_runner(args.runner)
     if args.action == "up":
         model_profiles.load(args.model)  # unknown names fail before anything starts
         if runner == "compose":
-            if args.canary:
-                raise LeakwatchError(
-                    "CANARY=1 runs with the native runner only so far (docs/canary.md); use STACK=native"
-                )
-            compose_runner.up(args.model)
+            compose_runner.up(args.model, canary=args.canary)
         else:
             native.up(args.model, canary=args.canary)
         return 0

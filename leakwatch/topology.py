@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,10 @@ COMPOSE_HOSTS = {
     "healer": "healer",
     "leakwatch_exporter": "leakwatch-exporter",  # network alias of the selected profile's exporter
     "docker_socket_proxy": "docker-socket-proxy",
+    # The canary rollout (compose.canary.yaml): network aliases of the selected profile's canary side.
+    "vllm_canary": "vllm-canary",
+    "leakwatch_exporter_canary": "leakwatch-exporter-canary",
+    "canary_router": "canary-router",
 }
 # Scraped only where a GPU profile runs it (compose finds it by DNS; the chart by its own job).
 DCGM_JOB = "dcgm"
@@ -97,6 +102,18 @@ def exporter_service(profile: str) -> str:
     return f"leakwatch-exporter-{profile}"
 
 
+def vllm_canary_service(profile: str) -> str:
+    """compose's service for a profile's canary vLLM (compose.canary.yaml). Not named like the stable
+    one (`vllm-<profile>`): the socket proxy's restart rule matches those names, and the healer never
+    restarts the canary."""
+    return f"vllm-canary-{profile}"
+
+
+def exporter_canary_service(profile: str) -> str:
+    """compose's service for the exporter beside a profile's canary vLLM."""
+    return f"leakwatch-exporter-canary-{profile}"
+
+
 def compose_container(project: str, service: str) -> str:
     """compose's name for a service's (single) container."""
     return f"{project}-{service}-1"
@@ -130,26 +147,30 @@ def _native_target(settings: StackSettings, service: str) -> str:
     return f"127.0.0.1:{settings.service(service).port}"
 
 
-def native_jobs(settings: StackSettings, targets_dir: Path | None = None, canary: bool = False) -> list[ScrapeJob]:
-    """canary: vLLM's and the exporter's jobs scrape both sides, each target labelled with its deployment."""
+def _core_jobs(canary: bool, target: Callable[[str], str]) -> list[ScrapeJob]:
+    """CORE_JOBS with `target(service)` as each one's address. canary: vLLM's and the exporter's jobs
+    scrape both sides, each target labelled with its deployment; without it no target carries the label."""
     jobs = []
     for job, service in CORE_JOBS.items():
         if canary and job in CANARY_SERVICES:
             sides = dict(zip(DEPLOYMENTS, (service, CANARY_SERVICES[job]), strict=True))
-            targets = {_native_target(settings, svc): {DEPLOYMENT_LABEL: side} for side, svc in sides.items()}
+            targets = {target(svc): {DEPLOYMENT_LABEL: side} for side, svc in sides.items()}
             jobs.append(ScrapeJob(job, list(targets), target_labels=targets))
         else:
-            jobs.append(ScrapeJob(job, [_native_target(settings, service)]))
+            jobs.append(ScrapeJob(job, [target(service)]))
+    return jobs
+
+
+def native_jobs(settings: StackSettings, targets_dir: Path | None = None, canary: bool = False) -> list[ScrapeJob]:
+    jobs = _core_jobs(canary, lambda service: _native_target(settings, service))
     if targets_dir is not None:
         jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(str(Path(targets_dir) / LOADGEN_FILES),)))
     return jobs
 
 
-def compose_jobs(settings: StackSettings) -> list[ScrapeJob]:
-    jobs = [
-        ScrapeJob(job, [f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}"])
-        for job, service in CORE_JOBS.items()
-    ]
+def compose_jobs(settings: StackSettings, canary: bool = False) -> list[ScrapeJob]:
+    """canary: prometheus/prometheus-canary.yml's jobs (compose.canary.yaml)."""
+    jobs = _core_jobs(canary, lambda service: f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}")
     dcgm_port = settings.service("dcgm_exporter").default_port
     jobs.append(ScrapeJob(DCGM_JOB, [], dns_names=(COMPOSE_HOSTS["dcgm_exporter"],), dns_port=dcgm_port))
     jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(f"{COMPOSE_TARGETS_DIR}/{LOADGEN_FILES}",)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,6 +32,10 @@ SERVED_BY_HEADER = "X-Leakwatch-Deployment"
 # A generation can stream for minutes; the client side gets the same allowance.
 STREAM_TIMEOUT_S = 600
 HEALTH_CHECK_INTERVAL_S = 2
+# compose: the sides are container names, looked up in Docker's DNS (the resolver in the container's
+# resolv.conf) while HAProxy runs, so a side that restarts with a new address is followed, and a side
+# not started yet is a server waiting for its name instead of a router that refuses to start.
+RESOLVERS = "container_dns"
 
 
 @dataclass(frozen=True)
@@ -72,9 +77,16 @@ def _address(url: str) -> str:
 
 
 def haproxy_config(
-    listen: str, port: int, sides: dict[str, str], split: Split, admin_socket: Path | None, header: str = ""
+    listen: str,
+    port: int,
+    sides: dict[str, str],
+    split: Split,
+    admin_socket: Path | None,
+    header: str = "",
+    resolve_at_run_time: bool = False,
 ) -> str:
-    """haproxy.cfg for the router listening on listen:port, `sides` mapping stable/canary to URLs."""
+    """haproxy.cfg for the router listening on listen:port, `sides` mapping stable/canary to URLs.
+    resolve_at_run_time: the sides' host names are re-resolved while it runs (compose's containers)."""
     if set(sides) != set(SIDES):
         raise LeakwatchError(f"the router needs exactly the sides {SIDES} (got {sorted(sides)})")
     weights = split.weights
@@ -82,6 +94,8 @@ def haproxy_config(
     lines += ["global", "  log stdout format raw local0 info", "  maxconn 4096"]
     if admin_socket is not None:
         lines.append(f"  stats socket {admin_socket} mode 600 level admin")
+    if resolve_at_run_time:
+        lines += ["", f"resolvers {RESOLVERS}", "  parse-resolv-conf", "  hold valid 10s"]
     lines += [
         "",
         "defaults",
@@ -108,9 +122,13 @@ def haproxy_config(
         "  retries 1",
         "  option redispatch",
     ]
+    # init-addr none: a name that does not resolve yet leaves the server down, not the router.
+    # ipv4: compose's networks have no IPv6 unless asked for (HAProxy asks for AAAA first).
+    dns = f" resolvers {RESOLVERS} resolve-prefer ipv4 init-addr libc,none" if resolve_at_run_time else ""
     for side in SIDES:
         lines.append(
             f"  server {side} {_address(sides[side])} weight {weights[side]} check inter {HEALTH_CHECK_INTERVAL_S}s"
+            + dns
         )
     return "\n".join(lines) + "\n"
 
@@ -159,6 +177,24 @@ class RouterAdmin:
         text = self.command("show stat").lstrip("# ")
         rows = csv.DictReader(io.StringIO(text))
         return {row["svname"]: row for row in rows if row["pxname"] == BACKEND and row["svname"] in SIDES}
+
+    def wait_sides_up(self, timeout_s: float = 60) -> dict[str, bool] | None:
+        """Waits until HAProxy's own checks (every 2 s) have both sides in rotation: healthy vLLMs are
+        not yet the router's, and until then the first requests all go to whichever side it found
+        first. None once both are up; the last states seen (None for a socket that never answered)
+        when timeout_s ran out."""
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, bool] | None = None
+        while True:
+            try:
+                states = self.sides_up()
+            except LeakwatchError:  # the socket is not there yet
+                states = None
+            if states == dict.fromkeys(SIDES, True):
+                return None
+            if time.monotonic() > deadline:
+                return states or dict.fromkeys(SIDES, False)
+            time.sleep(0.5)
 
     def served(self) -> dict[str, int]:
         """Requests each side has been sent since the router started (HAProxy's stot)."""

@@ -10,10 +10,19 @@ from __future__ import annotations
 from .. import __version__, profiles as model_profiles
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from ..settings import StackSettings, load as load_settings
-from ..topology import COMPOSE_HOSTS, compose_jobs, exporter_service, vllm_service
+from ..topology import (
+    CANARY_SERVICES,
+    COMPOSE_HOSTS,
+    compose_jobs,
+    exporter_service,
+    vllm_canary_service,
+    vllm_service,
+)
 from . import compose_healer, compose_webauth
 from .compose_healer import vllm_labels
 from .prometheus_config import prometheus_config
+
+CANARY_IMAGE_ENV = "VLLM_CANARY_IMAGE"  # the canary vLLM's image (default: the stable one's)
 
 # Paths inside the containers.
 MODELS_DIR = "/models"
@@ -30,7 +39,7 @@ Every port is published on 127.0.0.1 unless BIND_ADDRESS is set.
 """
 
 
-def _port(settings: StackSettings, service: str) -> str:
+def published_port(settings: StackSettings, service: str) -> str:
     svc = settings.service(service)
     bind = settings.default_bind_address
     return f"${{BIND_ADDRESS:-{bind}}}:${{{svc.port_env}:-{svc.default_port}}}:{svc.default_port}"
@@ -48,9 +57,14 @@ def _gpu_reservation(count: int | str) -> dict:
     return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
 
 
-def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> tuple[dict, dict]:
-    """The profile's vLLM service and the one-shot services it depends on."""
-    port = settings.service("vllm").default_port
+def vllm_definition(
+    settings: StackSettings, profile: model_profiles.Profile, canary: bool = False
+) -> tuple[dict, dict]:
+    """The profile's vLLM service and the one-shot services it depends on. canary: the same vLLM as
+    the canary side (compose.canary.yaml): its own port and network alias, its image overridable by
+    VLLM_CANARY_IMAGE (the candidate build), and not the healer's (no role label)."""
+    config_service = CANARY_SERVICES["vllm"] if canary else "vllm"
+    port = settings.service(config_service).default_port
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
     prep: dict = {}
     model_path = model_profiles.model_path(profile, MODELS_DIR)
@@ -86,12 +100,12 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
 
     image = settings.service("vllm").image if profile.needs_gpu else settings.service("vllm").extra["cpu_image"]
     service: dict = {
-        "image": image,
+        "image": f"${{{CANARY_IMAGE_ENV}:-{image}}}" if canary else image,
         "profiles": [profile.name],
         "command": model_profiles.vllm_engine_args(profile, model_path)
         + ["--host", "0.0.0.0", "--port", str(port), "--shutdown-timeout", str(shutdown_timeout)],
         # The healer finds the one vLLM container by this label (through the socket proxy).
-        "labels": vllm_labels(),
+        **({} if canary else {"labels": vllm_labels()}),
         # SIGTERM, vLLM drains for --shutdown-timeout, then Docker's SIGKILL.
         "stop_grace_period": f"{shutdown_timeout + 15}s",
         "environment": {
@@ -101,10 +115,10 @@ def _vllm_service(settings: StackSettings, profile: model_profiles.Profile) -> t
         # vLLM's torch.compile cache: a restart (the healer's, `make up` again) reuses the compiled
         # graphs instead of compiling for minutes again.
         "volumes": ["hf-cache:/root/.cache/huggingface", f"models:{MODELS_DIR}", "vllm-cache:/root/.cache/vllm"],
-        "ports": [_port(settings, "vllm")],
+        "ports": [published_port(settings, config_service)],
         # PyTorch shares tensors between vLLM's processes through /dev/shm.
         "ipc": "host",
-        "networks": {"default": {"aliases": ["vllm"]}},
+        "networks": {"default": {"aliases": [COMPOSE_HOSTS[config_service]]}},
         # Loading (and on CPU, torch.compile) can take over 10 min on a busy host: failed checks in
         # this window do not count; the first passing one makes it healthy at once.
         "healthcheck": {
@@ -132,16 +146,21 @@ def leakwatch_image(settings: StackSettings) -> dict:
     }
 
 
-def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) -> dict:
+def exporter_definition(settings: StackSettings, profile: model_profiles.Profile, canary: bool = False) -> dict:
     """`leakwatch exporter` inside the profile's vLLM PID namespace: it sees vLLM's processes (and
-    only those), reads their /proc read-only and finds the API server by its listening port."""
-    port = settings.service("leakwatch_exporter").default_port
+    only those), reads their /proc read-only and finds the API server by its listening port.
+    canary: the one beside the canary vLLM, with its own port, alias and state file."""
+    vllm, config_service = (
+        (CANARY_SERVICES["vllm"], CANARY_SERVICES["leakwatch"]) if canary else ("vllm", "leakwatch_exporter")
+    )
+    port = settings.service(config_service).default_port
+    state_name = f"{profile.name}-canary" if canary else profile.name
     service = {
         **leakwatch_image(settings),
         "profiles": [profile.name],
         "command": [
             "--vllm-url",
-            f"http://vllm:{settings.service('vllm').default_port}",
+            f"http://{COMPOSE_HOSTS[vllm]}:{settings.service(vllm).default_port}",
             "--listen-address",
             "0.0.0.0",
             "--port",
@@ -149,19 +168,19 @@ def _exporter_service(settings: StackSettings, profile: model_profiles.Profile) 
             # A vLLM container restart ends its PID namespace and so this exporter too: the state
             # file carries the restart count and the baseline over.
             "--state-file",
-            f"{EXPORTER_STATE_DIR}/exporter-{profile.name}.json",
+            f"{EXPORTER_STATE_DIR}/exporter-{state_name}.json",
         ],
         "volumes": [f"leakwatch-state:{EXPORTER_STATE_DIR}"],
-        "pid": f"service:{vllm_service(profile.name)}",
+        "pid": f"service:{vllm_canary_service(profile.name) if canary else vllm_service(profile.name)}",
         # The host's cgroup namespace, so the path in /proc/<vllm pid>/cgroup resolves under
         # /sys/fs/cgroup (the container's limit and usage).
         "cgroup": "host",
         "read_only": True,
         "security_opt": ["no-new-privileges:true"],
-        "networks": {"default": {"aliases": [COMPOSE_HOSTS["leakwatch_exporter"]]}},
-        "ports": [_port(settings, "leakwatch_exporter")],
+        "networks": {"default": {"aliases": [COMPOSE_HOSTS[config_service]]}},
+        "ports": [published_port(settings, config_service)],
         "healthcheck": _http_check(
-            f"http://localhost:{port}{settings.service('leakwatch_exporter').ready_path}", tool="python"
+            f"http://localhost:{port}{settings.service(config_service).ready_path}", tool="python"
         ),
         "restart": "unless-stopped",
     }
@@ -187,7 +206,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 f"--web.listen-address=:{prom_port}",
             ],
             "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
-            "ports": [_port(settings, "prometheus")],
+            "ports": [published_port(settings, "prometheus")],
             # A load test run on the host (`locust -f loadtest/ --prometheus-sd-dir prometheus/targets
             # --prometheus-sd-host host.docker.internal`) is scraped through this name.
             "extra_hosts": ["host.docker.internal:host-gateway"],
@@ -205,7 +224,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             "volumes": ["./alertmanager:/etc/alertmanager:ro", "alertmanager-data:/alertmanager"],
             # The healer's bearer token for the remediation webhook (alertmanager.yml reads the file).
             "secrets": ["healer_token"],
-            "ports": [_port(settings, "alertmanager")],
+            "ports": [published_port(settings, "alertmanager")],
             "healthcheck": _http_check(f"http://localhost:{am_port}{settings.service('alertmanager').ready_path}"),
             "restart": "unless-stopped",
         },
@@ -217,7 +236,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             ],
             "pid": "host",
             "volumes": ["/:/host:ro,rslave"],
-            "ports": [_port(settings, "node_exporter")],
+            "ports": [published_port(settings, "node_exporter")],
             "restart": "unless-stopped",
         },
         "grafana": {
@@ -235,7 +254,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 f"./grafana/dashboards:{DASHBOARDS_PATH}:ro",
                 "grafana-data:/var/lib/grafana",
             ],
-            "ports": [_port(settings, "grafana")],
+            "ports": [published_port(settings, "grafana")],
             "depends_on": {"prometheus": {"condition": "service_healthy"}},
             "healthcheck": _http_check(f"http://localhost:{grafana_port}{settings.service('grafana').ready_path}"),
             "restart": "unless-stopped",
@@ -247,14 +266,14 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             "profiles": gpu_profiles,
             "cap_add": ["SYS_ADMIN"],
             "deploy": _gpu_reservation("all"),
-            "ports": [_port(settings, "dcgm_exporter")],
+            "ports": [published_port(settings, "dcgm_exporter")],
             "restart": "unless-stopped",
         }
     for name in model_profiles.available():
-        service, prep = _vllm_service(settings, model_profiles.load(name))
+        service, prep = vllm_definition(settings, model_profiles.load(name))
         services.update(prep)
         services[vllm_service(name)] = service
-        services[exporter_service(name)] = _exporter_service(settings, model_profiles.load(name))
+        services[exporter_service(name)] = exporter_definition(settings, model_profiles.load(name))
 
     # The healer restarts vLLM through a restart-only Docker socket proxy; Alertmanager sends it the token.
     services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))
@@ -283,11 +302,12 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     }
 
 
-def compose_prometheus_config(settings: StackSettings | None = None) -> dict:
+def compose_prometheus_config(settings: StackSettings | None = None, canary: bool = False) -> dict:
+    """canary: prometheus-canary.yml, each side's vLLM and exporter labelled with its deployment."""
     settings = settings or load_settings()
     return prometheus_config(
         settings,
-        compose_jobs(settings),
+        compose_jobs(settings, canary),
         alertmanager_targets=[f"alertmanager:{settings.service('alertmanager').default_port}"],
         rule_files=["/etc/prometheus/rules/*.yml"],
         basic_auth=compose_webauth.basic_auth(),

@@ -243,15 +243,12 @@ class NativeStack:
     def _wait_router_sides(self, timeout_s: float = 60) -> None:
         """Healthy vLLMs are not yet the router's: its own checks (every 2 s) must see both up,
         or the first requests all go to whichever side it found first."""
-        admin = RouterAdmin(self.layout.router_socket)
-        deadline = time.monotonic() + timeout_s
-        while (states := admin.sides_up()) != dict.fromkeys(DEPLOYMENTS, True):
-            if time.monotonic() > deadline:
-                raise LeakwatchError(
-                    f"the canary router does not see both sides up after {timeout_s:g}s ({states}); last lines of "
-                    f"{self.layout.log('canary-router')}:\n" + self.tail("canary-router", 25)
-                )
-            time.sleep(0.5)
+        states = RouterAdmin(self.layout.router_socket).wait_sides_up(timeout_s)
+        if states is not None:
+            raise LeakwatchError(
+                f"the canary router does not see both sides up after {timeout_s:g}s ({states}); last lines of "
+                f"{self.layout.log('canary-router')}:\n" + self.tail("canary-router", 25)
+            )
 
     def _health_url(self, prog: Program) -> str:
         host = self.settings.bind_address

@@ -10,28 +10,7 @@ import yaml
 
 from leakwatch import profiles
 from leakwatch.paths import REPO_ROOT
-from tests.support.compose_support import compose, resolved
-
-PINNED_TAG = re.compile(
-    r"^[^\s:@]+(/[^\s:@]+)*(:(?!latest$)[\w][\w.-]{0,127})(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$"
-)
-
-
-def policy_violations(config: dict) -> list[str]:
-    """Unpinned images and ports published beyond loopback, in a resolved compose config."""
-    problems = []
-    for name, service in config["services"].items():
-        image = service.get("image")
-        if image is None and "build" not in service:
-            problems.append(f"{name}: no image")
-        elif image is not None and not PINNED_TAG.match(image):
-            problems.append(f"{name}: image {image!r} is not pinned to a tag or digest")
-        for port in service.get("ports", []):
-            if port.get("host_ip") != "127.0.0.1":
-                problems.append(
-                    f"{name}: port {port.get('published')} bound to {port.get('host_ip') or 'all addresses'}"
-                )
-    return problems
+from tests.support.compose_support import compose, policy_violations, resolved
 
 
 @pytest.mark.parametrize("profile", profiles.available())

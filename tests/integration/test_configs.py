@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from leakwatch.heal import token as heal_token
 from leakwatch.native.layout import StateLayout
 from leakwatch.native.runner import NativeStack
@@ -14,8 +16,9 @@ def run(*cmd):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def test_compose_prometheus_config_passes_promtool():
-    result = run("promtool", "check", "config", str(PROMETHEUS_DIR / "prometheus.yml"))
+@pytest.mark.parametrize("name", ["prometheus.yml", "prometheus-canary.yml"])
+def test_compose_prometheus_config_passes_promtool(name):
+    result = run("promtool", "check", "config", str(PROMETHEUS_DIR / name))
     assert result.returncode == 0, result.stdout + result.stderr
 
 

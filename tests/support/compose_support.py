@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,12 +21,26 @@ def compose_binary() -> str:
     return str(binary)
 
 
-def compose(*args: str, env: dict[str, str] | None = None, compose_file: Path = REPO_ROOT / "compose.yaml"):
+def compose(
+    *args: str,
+    env: dict[str, str] | None = None,
+    compose_file: Path = REPO_ROOT / "compose.yaml",
+    overrides: tuple[Path, ...] = (),
+):
+    """overrides: files applied on top of compose_file, in order (compose.local.yaml, compose.canary.yaml)."""
     clean_env = {k: v for k, v in os.environ.items() if not k.endswith("_PORT") and k != "BIND_ADDRESS"}
     clean_env.pop("COMPOSE_PROFILES", None)
     # An empty project dir without .env keeps a developer's own .env out of the result.
     return subprocess.run(
-        [compose_binary(), "-f", str(compose_file), "--project-directory", str(compose_file.parent), *args],
+        [
+            compose_binary(),
+            "-f",
+            str(compose_file),
+            *(arg for path in overrides for arg in ("-f", str(path))),
+            "--project-directory",
+            str(compose_file.parent),
+            *args,
+        ],
         capture_output=True,
         text=True,
         env={**clean_env, **(env or {})},
@@ -33,7 +48,12 @@ def compose(*args: str, env: dict[str, str] | None = None, compose_file: Path = 
     )
 
 
-def resolved(profile: str, env: dict[str, str] | None = None, compose_file: Path = REPO_ROOT / "compose.yaml") -> dict:
+def resolved(
+    profile: str,
+    env: dict[str, str] | None = None,
+    compose_file: Path = REPO_ROOT / "compose.yaml",
+    overrides: tuple[Path, ...] = (),
+) -> dict:
     result = compose(
         "--profile",
         profile,
@@ -42,6 +62,7 @@ def resolved(profile: str, env: dict[str, str] | None = None, compose_file: Path
         "json",
         env={"GRAFANA_ADMIN_PASSWORD": "test-only", **(env or {})},
         compose_file=compose_file,
+        overrides=overrides,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -57,3 +78,25 @@ def bare_env(**extra: str) -> dict[str, str]:
 
     env = {k: v for k, v in os.environ.items() if k not in STACK_SETTINGS and not k.endswith("_PORT")}
     return {**env, **extra}
+
+
+PINNED_TAG = re.compile(
+    r"^[^\s:@]+(/[^\s:@]+)*(:(?!latest$)[\w][\w.-]{0,127})(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$"
+)
+
+
+def policy_violations(config: dict) -> list[str]:
+    """Unpinned images and ports published beyond loopback, in a resolved compose config."""
+    problems = []
+    for name, service in config["services"].items():
+        image = service.get("image")
+        if image is None and "build" not in service:
+            problems.append(f"{name}: no image")
+        elif image is not None and not PINNED_TAG.match(image):
+            problems.append(f"{name}: image {image!r} is not pinned to a tag or digest")
+        for port in service.get("ports", []):
+            if port.get("host_ip") != "127.0.0.1":
+                problems.append(
+                    f"{name}: port {port.get('published')} bound to {port.get('host_ip') or 'all addresses'}"
+                )
+    return problems

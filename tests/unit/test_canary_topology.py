@@ -11,7 +11,6 @@ import yaml
 
 from leakwatch import profiles, stack as stack_command
 from leakwatch.canary.router import SIDES, Split, default_split
-from leakwatch.errors import LeakwatchError
 from leakwatch.generate.prometheus_config import prometheus_config
 from leakwatch.heal import config as heal_config
 from leakwatch.leakcheck import config as check_config
@@ -125,12 +124,6 @@ def test_the_healer_acts_on_the_stable_sides_leak_alert_and_never_on_the_canarys
         assert refusal is None
     else:
         assert refusal is not None and "127.0.0.1:19407" in refusal
-
-
-def test_compose_refuses_the_canary_with_a_clear_error(monkeypatch):
-    args = argparse.Namespace(action="up", model="demo", runner="compose", canary=True, no_follow=False)
-    with pytest.raises(LeakwatchError, match="CANARY=1 runs with the native runner only"):
-        stack_command.run(args)
 
 
 def test_canary_env_turns_the_option_on(monkeypatch):
