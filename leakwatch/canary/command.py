@@ -4,7 +4,9 @@
     leakwatch canary-router set --admin-socket P --canary-percent 25
     leakwatch canary-router show --admin-socket P
 
-`set` applies to the next request on either side and drops none in flight (docs/canary.md).
+`set` applies to the next request on either side and drops none in flight (docs/canary.md). The
+admin socket is a unix socket's path, or ipv4@HOST:PORT (the Helm chart's router through
+`kubectl port-forward`, docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def add_arguments(parser) -> None:
     config.add_argument("--admin-socket", type=Path, default=None, help="HAProxy's admin socket, for `set` and `show`")
     for name, text in (("set", "change the split of a running router"), ("show", "weights and requests per side")):
         cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("--admin-socket", type=Path, required=True)
+        cmd.add_argument("--admin-socket", type=Path, required=True, help="a unix socket's path, or ipv4@HOST:PORT")
         if name == "set":
             cmd.add_argument("--canary-percent", type=_percent, required=True)
 

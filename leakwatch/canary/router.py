@@ -29,6 +29,9 @@ from ..topology import DEPLOYMENTS
 BACKEND = "vllm"
 SIDES = DEPLOYMENTS  # HAProxy's server names, and the deployment label's values
 SERVED_BY_HEADER = "X-Leakwatch-Deployment"
+# HAProxy's spelling of a TCP address (`stats socket ipv4@127.0.0.1:8011`): the admin API on a pod's
+# loopback, reached with `kubectl port-forward` (the official image has no client for a unix socket).
+TCP_PREFIX = "ipv4@"
 # A generation can stream for minutes; the client side gets the same allowance.
 STREAM_TIMEOUT_S = 600
 HEALTH_CHECK_INTERVAL_S = 2
@@ -93,7 +96,9 @@ def haproxy_config(
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     lines += ["global", "  log stdout format raw local0 info", "  maxconn 4096"]
     if admin_socket is not None:
-        lines.append(f"  stats socket {admin_socket} mode 600 level admin")
+        # A unix socket is kept to its owner; a TCP one (TCP_PREFIX) only listens on loopback.
+        access = "" if str(admin_socket).startswith(TCP_PREFIX) else " mode 600"
+        lines.append(f"  stats socket {admin_socket}{access} level admin")
     if resolve_at_run_time:
         lines += ["", f"resolvers {RESOLVERS}", "  parse-resolv-conf", "  hold valid 10s"]
     lines += [
@@ -133,19 +138,32 @@ def haproxy_config(
     return "\n".join(lines) + "\n"
 
 
-class RouterAdmin:
-    """HAProxy's admin socket: one command per connection (its non-interactive mode)."""
+def _admin_address(path: Path | str) -> tuple[socket.AddressFamily, str | tuple[str, int]]:
+    """A unix socket's path, or HAProxy's ipv4@HOST:PORT."""
+    text = str(path)
+    if not text.startswith(TCP_PREFIX):
+        return socket.AF_UNIX, text
+    host, _, port = text.removeprefix(TCP_PREFIX).rpartition(":")
+    if not host or not port.isdigit():
+        raise LeakwatchError(f"{text!r}: a TCP admin socket is {TCP_PREFIX}HOST:PORT")
+    return socket.AF_INET, (host, int(port))
 
-    def __init__(self, path: Path, timeout_s: float = 5.0):
+
+class RouterAdmin:
+    """HAProxy's admin socket: one command per connection (its non-interactive mode). `path` is a
+    unix socket, or ipv4@HOST:PORT (the chart's router, through `kubectl port-forward`)."""
+
+    def __init__(self, path: Path | str, timeout_s: float = 5.0):
         self.path = path
         self.timeout_s = timeout_s
+        self.family, self.address = _admin_address(path)
 
     def command(self, line: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        with socket.socket(self.family, socket.SOCK_STREAM) as sock:
             sock.settimeout(self.timeout_s)
             chunks = []
             try:
-                sock.connect(str(self.path))
+                sock.connect(self.address)
                 sock.sendall(line.encode() + b"\n")
                 while chunk := sock.recv(65536):
                     chunks.append(chunk)

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from .. import config_schema, profiles as model_profiles
+from ..canary.router import SIDES, STREAM_TIMEOUT_S, TCP_PREFIX, default_split, haproxy_config
 from ..catalogue import rewrite_selectors
 from ..generate import yamlfmt
 from ..heal import config as healer_config
@@ -21,6 +22,7 @@ from ..heal.server import WEBHOOK_PATH
 from ..paths import REPO_ROOT
 from ..rules.config import ALERTS_FILE
 from ..settings import StackSettings, load as load_settings
+from ..topology import DEPLOYMENT_LABEL
 from . import identity
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "leakwatch"
@@ -103,6 +105,64 @@ def facts(settings: StackSettings | None = None) -> dict:
         "shutdownTimeoutSeconds": int(vllm.extra["shutdown_timeout_s"]),
         "modelsDir": MODELS_DIR,
         "remediationRoute": remediation_route(),
+        "canary": canary_facts(settings),
+    }
+
+
+# The canary router's haproxy.cfg in the chart: `leakwatch canary-router config`'s, listening on every
+# address of its pod, its admin API on the pod's loopback (`kubectl port-forward`), and these
+# placeholders where the ConfigMap puts each side's Service (a DNS name) and weight (canary.percent).
+ROUTER_CONFIG = GENERATED_DIR / "canary-router.cfg"
+ROUTER_LISTEN = "0.0.0.0"
+ROUTER_PLACEHOLDERS = {
+    side: {"host": f"__leakwatch_{side}_service__", "weight": f"__LEAKWATCH_{side.upper()}_WEIGHT__"} for side in SIDES
+}
+
+
+def router_admin_address(settings: StackSettings) -> str:
+    return f"{TCP_PREFIX}127.0.0.1:{settings.service('canary_router').extra['admin_port']}"
+
+
+def canary_router_config(settings: StackSettings | None = None) -> str:
+    settings = settings or load_settings()
+    router = settings.service("canary_router")
+    split = default_split(settings)
+    vllm_port = settings.service("vllm").default_port
+    sides = {side: f"http://{ROUTER_PLACEHOLDERS[side]['host']}:{vllm_port}" for side in SIDES}
+    header = HEADER.format(
+        source="leakwatch/canary/router.py and config/stack.yaml",
+        what="The canary router (`leakwatch canary-router config`); the chart's ConfigMap fills in each\n"
+        "side's Service and weight (values canary.percent).",
+    )
+    text = haproxy_config(
+        ROUTER_LISTEN, router.default_port, sides, split, Path(router_admin_address(settings)), header
+    )
+    lines, filled = text.splitlines(keepends=True), 0
+    for i, line in enumerate(lines):
+        for side, weight in split.weights.items():
+            if line.startswith(f"  server {side} ") and f" weight {weight} " in line:
+                lines[i] = line.replace(f" weight {weight} ", f" weight {ROUTER_PLACEHOLDERS[side]['weight']} ", 1)
+                filled += 1
+    if filled != len(SIDES):
+        raise ValueError(f"the router config has {filled} server weights to fill in, not one per side {SIDES}")
+    return "".join(lines)
+
+
+def canary_facts(settings: StackSettings) -> dict:
+    router = settings.service("canary_router")
+    return {
+        "sides": list(SIDES),
+        "components": dict(identity.COMPONENTS),
+        "sideLabel": identity.SIDE_LABEL,
+        "sideMetaLabel": identity.pod_label_meta(identity.SIDE_LABEL),
+        "seriesLabel": DEPLOYMENT_LABEL,
+        "percent": default_split(settings).canary_percent,
+        "routerImage": router.image,
+        "routerPort": router.default_port,
+        "routerHealth": router.ready_path,
+        "adminAddress": router_admin_address(settings),
+        "streamTimeoutSeconds": STREAM_TIMEOUT_S,
+        "placeholders": ROUTER_PLACEHOLDERS,
     }
 
 
@@ -276,7 +336,7 @@ def generated_files() -> dict[Path, Callable[[], str]]:
         GENERATED_DIR / "facts.yaml": lambda: yamlfmt.dump(
             facts(),
             HEADER.format(
-                source="config/stack.yaml, config/healer.yaml and leakwatch/helm/identity.py",
+                source="config/stack.yaml, config/healer.yaml, leakwatch/helm/identity.py and leakwatch/canary/router.py",
                 what="Ports, paths, scrape jobs and labels the chart's templates read.",
             ),
         ),
@@ -287,6 +347,7 @@ def generated_files() -> dict[Path, Callable[[], str]]:
                 what="The PrometheusRule's groups; values prometheusRule.groups replaces them.",
             ),
         ),
+        ROUTER_CONFIG: canary_router_config,
         CHART_DIR / "values.schema.json": lambda: json.dumps(values_schema(), indent=2) + "\n",
     }
     grafana = grafana_files()
@@ -377,5 +438,10 @@ def values_schema() -> dict:
         "type": "array",
         "items": {"type": "object", "required": ["name", "rules"]},
     }
+    canary = props["canary"]["properties"]
+    # 0 is a valid split (every request to the stable side); null takes config/stack.yaml's.
+    canary["percent"] = {"type": ["integer", "null"], "minimum": 0, "maximum": 100}
+    canary["replicas"] = {"type": "integer", "minimum": 1}
+    canary["extraArgs"] = {"type": "array", "items": {"type": "string"}}
     props["imagePullSecrets"] = {"type": "array", "items": {"type": "object", "required": ["name"]}}
     return schema

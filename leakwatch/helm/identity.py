@@ -8,6 +8,8 @@ rules can be generated before anyone installs the chart.
 
 from __future__ import annotations
 
+import re
+
 from ..catalogue import rewrite_selectors
 
 # `job` of each target the chart scrapes, and kube-prometheus-stack's node exporter.
@@ -32,6 +34,20 @@ HOST_LABELS = ["namespace", "pod"]
 
 # Pod label naming the model profile; the healer evicts only pods carrying it.
 MODEL_LABEL = "leakwatch.dev/model"
+
+# The canary rollout (docs/canary.md). The canary's pods carry SIDE_LABEL=canary and their own
+# component, so neither the stable Deployment's selector, its Service nor the healer (which acts on
+# component=vllm only: the canary is judged, not healed) ever takes them for stable pods. The stable
+# pods keep the labels they had without the canary: turning it on does not restart them, and the
+# monitors label a vLLM pod without SIDE_LABEL as the stable side.
+SIDE_LABEL = "leakwatch.dev/deployment"
+COMPONENTS = {"stable": "vllm", "canary": "vllm-canary", "router": "canary-router"}
+
+
+def pod_label_meta(label: str) -> str:
+    """The service-discovery label Prometheus gives a pod label (every character outside
+    [a-zA-Z0-9_] becomes `_`)."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
 def rule_selectors(base: dict[str, str]) -> dict[str, str]:
