@@ -91,7 +91,7 @@ class CanaryDrill(Drill):
             "canary_vllm_extra_env": self.side_env(canary),
         }
 
-    def compare(self, start: float, end: float) -> compare.Comparison:
+    def compare_sides(self, start: float, end: float) -> compare.Comparison:
         args = check_arguments(self.url("prometheus"), self.cfg, start, end, "--compare", *DEPLOYMENTS)
         return run_compare(args, start, end)
 
@@ -109,6 +109,7 @@ class CanaryDrill(Drill):
         hog = CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.leak_span_s) + 1800).start()
         try:
             self._start_stack()
+            assert self.stack is not None
             # The healer would restart a leaking stable side mid-phase (its alerts are right to fire).
             self.stack.rpc().stopProcess("healer", True)
             self.say(
@@ -136,14 +137,14 @@ class CanaryDrill(Drill):
 
     def _first_verdict(self, start: float) -> None:
         res = self.canary_result
-        comparison = self.compare(start, time.time())
+        comparison = self.compare_sides(start, time.time())
         if comparison.verdict == res.expected:
             res.requests_to_verdict = sum(self.served(comparison).values())
             self.say(f"check --compare says {comparison.verdict} after {res.requests_to_verdict:.0f} requests")
 
     def _evaluate_span(self, start: float, end: float) -> None:
         cfg, res = self.cfg, self.canary_result
-        comparison = self.compare(start, end)
+        comparison = self.compare_sides(start, end)
         self.say("check --compare over the whole span:\n" + compare.format_text(comparison))
         res.verdict, res.comparison = comparison.verdict, comparison.as_dict()
         res.requests = self.served(comparison)
@@ -162,10 +163,10 @@ class CanaryDrill(Drill):
                 res.failures.append(f"no {API_SERIES} bytes/request estimate on the {side} side")
                 continue
             truth = cfg.bytes_per_request if side == self.leaking_side else 0
-            res.err_pct[side] = 100.0 * abs(estimate - truth) / cfg.bytes_per_request
-            if res.err_pct[side] > 100 * cfg.max_estimate_error:
+            err = res.err_pct[side] = 100.0 * abs(estimate - truth) / cfg.bytes_per_request
+            if err > 100 * cfg.max_estimate_error:
                 res.failures.append(
-                    f"{side} side: {estimate:.0f} B/request estimated for {truth} kept, {res.err_pct[side]:.1f}% of "
+                    f"{side} side: {estimate:.0f} B/request estimated for {truth} kept, {err:.1f}% of "
                     f"the injected {cfg.bytes_per_request} off (at most {100 * cfg.max_estimate_error:g}%)"
                 )
 
@@ -173,16 +174,14 @@ class CanaryDrill(Drill):
 def summary_line(results: list[CanaryDrillResult]) -> str:
     """The benchmark line over the directions run: the worst figure of each."""
 
-    def worst(values) -> str:
-        values = list(values)
-        return "none" if not values or any(v is None for v in values) else f"{max(values):.0f}"
-
-    def worst_pct(side: str) -> str:
-        values = [r.err_pct.get(side) for r in results]
-        return "none" if not values or any(v is None for v in values) else f"{max(values):.1f}"
+    def worst(values: list[float | None], digits: int) -> str:
+        known = [v for v in values if v is not None]
+        return "none" if not values or len(known) < len(values) else f"{max(known):.{digits}f}"
 
     ok = sum(r.verdict == r.expected for r in results)
     return (
-        f"canary: verdict_ok={ok}/{len(results)} requests_to_verdict={worst(r.requests_to_verdict for r in results)} "
-        f"err_pct_stable={worst_pct('stable')} err_pct_canary={worst_pct('canary')}"
+        f"canary: verdict_ok={ok}/{len(results)} "
+        f"requests_to_verdict={worst([r.requests_to_verdict for r in results], 0)} "
+        f"err_pct_stable={worst([r.err_pct.get('stable') for r in results], 1)} "
+        f"err_pct_canary={worst([r.err_pct.get('canary') for r in results], 1)}"
     )
