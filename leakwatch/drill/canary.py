@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from ..leakcheck import compare
 from ..leakcheck.command import run_compare
-from ..topology import DEPLOYMENTS
+from ..topology import DEPLOYMENT_LABEL, DEPLOYMENTS
 from . import leak_middleware
-from .config import DrillConfig
+from .config import LEAK_ALERT, DrillConfig
 from .load import CpuHog, load_average
 from .run import MIDDLEWARE, Drill, check_arguments
 
@@ -51,6 +51,8 @@ class CanaryDrillResult:
     estimate: dict[str, float | None] = field(default_factory=dict)  # API server bytes/request per side
     err_pct: dict[str, float | None] = field(default_factory=dict)  # |estimate - truth| / injected
     comparison: dict = field(default_factory=dict)  # Comparison.as_dict() over the whole span
+    # Wall seconds from the traffic's start to the leak rule's first firing, per side it fired for.
+    alert_s: dict[str, float] = field(default_factory=dict)
     load_average: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -130,7 +132,9 @@ class CanaryDrill(Drill):
                 res.failures.append(f"Locust still running {give_up - start:.0f}s after the traffic began")
             proc.wait(timeout=60)
             res.load_average.append(load_average())
-            self._evaluate_span(start, time.time())
+            end = time.time()
+            self._evaluate_span(start, end)
+            self._attribute_alerts(start, end)
         finally:
             self._stop_stack(None, hog)
         return res
@@ -169,6 +173,24 @@ class CanaryDrill(Drill):
                     f"{side} side: {estimate:.0f} B/request estimated for {truth} kept, {err:.1f}% of "
                     f"the injected {cfg.bytes_per_request} off (at most {100 * cfg.max_estimate_error:g}%)"
                 )
+
+    def _attribute_alerts(self, start: float, end: float) -> None:
+        """The time-compressed leak rule with both sides in one job: it may fire for the leaking side's
+        deployment, never for the other's (the rules group by the label, docs/canary.md)."""
+        res = self.canary_result
+        firing = f'ALERTS{{alertname="{LEAK_ALERT}", alertstate="firing"}}'
+        for item in self.prom.query_range(firing, start, end, self.cfg.scrape_interval_s):
+            side = item["metric"].get(DEPLOYMENT_LABEL, "")
+            first = min(float(t) for t, _ in item["values"]) - start
+            res.alert_s[side] = min(res.alert_s.get(side, first), first)
+        wrong = sorted(side for side in res.alert_s if side != self.leaking_side)
+        if wrong:
+            res.failures.append(
+                f"{LEAK_ALERT} fired for {', '.join(repr(w) for w in wrong)} with only the {self.leaking_side} side "
+                "leaking: the rules mixed the two deployments"
+            )
+        if self.leaking_side in res.alert_s:
+            self.say(f"{LEAK_ALERT} fired for the {self.leaking_side} side {res.alert_s[self.leaking_side]:.0f}s in")
 
 
 def summary_line(results: list[CanaryDrillResult]) -> str:

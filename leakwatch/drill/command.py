@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
     from .canary import CanaryDrill, summary_line
+    from .config import LEAK_ALERT
 
     sides = ("stable", "canary") if args.leaking_side == "both" else (args.leaking_side,)
     results = []
@@ -124,8 +125,11 @@ def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
             f"right verdict after {result.requests_to_verdict or 'n/a'} requests"
         )
         for name in ("stable", "canary"):
-            est = result.estimate.get(name)
-            print(f"  {name}: {'n/a' if est is None else f'{est:.0f}'} B/request, error {result.err_pct.get(name)} %")
+            est, err, alert = result.estimate.get(name), result.err_pct.get(name), result.alert_s.get(name)
+            print(
+                f"  {name}: {'n/a' if est is None else f'{est:.0f}'} B/request (error {'n/a' if err is None else f'{err:.1f}'}% "
+                f"of the injected), {LEAK_ALERT} {'not fired' if alert is None else f'fired after {alert:.0f}s'}"
+            )
         for failure in result.failures:
             print(f"FAILED: {failure}")
     if args.json:

@@ -45,6 +45,13 @@ def test_each_sides_estimate_is_within_the_drills_error(drill):
     assert result.passed, (result.failures, log)
 
 
+def test_the_leak_rule_fires_for_the_leaking_side_only(drill):
+    """The time-compressed rules with both sides in one job: HostMemoryLeak for deployment="stable"
+    (900 requests x 6 MiB in 12 production hours), never for the canary."""
+    result, log = drill
+    assert set(result.alert_s) == {"stable"}, (result.alert_s, log)
+
+
 def test_the_router_split_the_traffic_near_its_weight(drill):
     """A loose bound: 1000 requests at 90/10 give the canary 10 % +- 3 points in ~99.8 % of runs (the
     router test holds the exact split to 2 points)."""
