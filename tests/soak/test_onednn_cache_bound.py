@@ -48,6 +48,14 @@ print(json.dumps(growth))
 """
 
 
+PROBE = r"""
+import torch
+from vllm import _custom_ops as ops
+handler = ops.create_onednn_mm(torch.randn(256, 64, dtype=torch.bfloat16).t(), 32)
+ops.onednn_mm(handler, torch.randn(3, 64, dtype=torch.bfloat16), None)
+"""
+
+
 def growth_by_batch_size(env: dict[str, str]) -> dict[int, int]:
     demo = profiles.load("demo")
     arch = demo.architecture
@@ -64,11 +72,16 @@ def growth_by_batch_size(env: dict[str, str]) -> dict[int, int]:
 
 
 def test_the_demo_profiles_cache_bound_keeps_the_worker_flat_and_the_default_does_not():
-    # Probed in a child like the sweeps: loading vLLM's CPU kernels into this process after the soak
-    # tier's other modules had loaded torch killed the whole run with SIGILL.
-    probe = subprocess.run([sys.executable, "-c", "import vllm._C"], capture_output=True, text=True, timeout=300)
+    # Probed in a child like the sweeps (loading vLLM's CPU kernels into this process after the soak
+    # tier's other modules had loaded torch killed the whole run with SIGILL), with the sweep's own
+    # op: vLLM picks its kernel build for the CPU (_C_AVX2, _C_AVX512, _C), and a CPU without bf16
+    # instructions has no oneDNN bf16 matmul, so vLLM serves the demo profile without this cache.
+    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
-        pytest.skip(f"vLLM's CPU kernels do not load here (exit {probe.returncode}): {probe.stderr[-300:]}")
+        pytest.skip(
+            f"this CPU has no oneDNN bf16 matmul through vLLM's kernels (exit {probe.returncode}), so no "
+            f"primitive cache to bound: {probe.stderr.strip().splitlines()[-1][-300:] if probe.stderr.strip() else ''}"
+        )
     bounded = growth_by_batch_size(profiles.vllm_environment(profiles.load("demo")))
     unbounded = growth_by_batch_size({})
     # The second half of the sweep: the bounded cache is full by then (its first ~100 sizes fill it).
