@@ -122,7 +122,8 @@ def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
         print(
             f"{side} side leaking: verdict {result.verdict or 'n/a'} (expected {result.expected}), canary share "
             f"{'n/a' if share is None else f'{share:.1%}'} of {sum(result.requests.values()):.0f} requests, "
-            f"right verdict after {result.requests_to_verdict or 'n/a'} requests"
+            f"right verdict after {'n/a' if result.requests_to_verdict is None else f'{result.requests_to_verdict:.0f}'} "
+            "requests"
         )
         for name in ("stable", "canary"):
             est, err, alert = result.estimate.get(name), result.err_pct.get(name), result.alert_s.get(name)
