@@ -59,7 +59,7 @@ test-compose: setup-dev  ## the compose stack on real containers (a private Dock
 
 # Long windows, a saturated server and the rarer fault drills, one vLLM at a time in one process:
 # run it before resolving an issue that touches the exporter, rules, drill, healer or load generator.
-test-soak: setup-dev  ## the soak tier: live leak verdicts, the full drill, storms, the rarer fault drills (~80 min)
+test-soak: setup-dev  ## the soak tier: live leak verdicts, the full drill, storms, the rarer fault drills, the canary pair (~95 min)
 	@$(PY) -m pytest tests/soak $(TEST_DURATIONS)
 
 .PHONY: drill
