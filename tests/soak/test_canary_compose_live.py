@@ -14,7 +14,6 @@ import json
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from leakwatch import compose_runner
 from leakwatch.canary.router import SERVED_BY_HEADER, RouterAdmin
@@ -23,6 +22,7 @@ from leakwatch.generate.compose_canary import ROUTER_SERVICE
 from leakwatch.topology import DEPLOYMENTS, exporter_canary_service, vllm_canary_service, vllm_service
 from tests.support.compose_stack import ComposeStack, StackHTTP, stack_env
 from tests.support.native_stack import assert_no_vllm_running, stack_port_env
+from tests.support.vllm_metrics import requests_finished
 
 # A cold local image build is paid by whichever compose test runs first (tests/compose/ measured
 # 455 s cold, 93 s warm for one vLLM on 2 cores); two CPU vLLMs compile side by side here.
@@ -52,13 +52,7 @@ def canary_compose(docker_engine):
 
 def served(stack: ComposeStack, side: str) -> float:
     """Requests this side's vLLM says it finished (its own /metrics, not Prometheus)."""
-    text = requests.get(f"{stack.http.url(VLLM_PORTS[side])}/metrics", timeout=10).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "vllm:request_success_total"
-    )
+    return requests_finished(stack.http.url(VLLM_PORTS[side]))
 
 
 def complete(stack: ComposeStack, n: int) -> dict[str, int]:

@@ -12,13 +12,13 @@ import json
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from leakwatch.canary.router import SERVED_BY_HEADER, RouterAdmin
 from leakwatch.cli import main
 from leakwatch.paths import RULES_DIR
 from leakwatch.topology import DEPLOYMENTS
 from tests.support.native_stack import running_native_stack
+from tests.support.vllm_metrics import requests_finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.canary_pair]
 
@@ -37,13 +37,7 @@ def canary_stack():
 
 def served(stack, side: str) -> float:
     """Requests this side's vLLM says it finished (its own /metrics, not Prometheus)."""
-    text = requests.get(f"{stack.url(VLLM_SERVICES[side])}/metrics", timeout=10).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "vllm:request_success_total"
-    )
+    return requests_finished(stack.url(VLLM_SERVICES[side]))
 
 
 def complete(stack, n: int) -> dict[str, int]:
