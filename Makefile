@@ -63,8 +63,8 @@ test-soak: setup-dev  ## the soak tier: live leak verdicts, the full drill, stor
 	@$(PY) -m pytest tests/soak $(TEST_DURATIONS)
 
 .PHONY: drill
-drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes); FAST_LEAK=1: a leak that would exhaust memory within the hour
-	@$(LEAKWATCH) drill $(if $(FAST_LEAK),--fast-leak)
+drill: setup-dev  ## inject a known leak into a private native stack: alert, heal, estimate (minutes); FAST_LEAK=1: a leak that would exhaust memory within the hour; SCENARIO=NAME: one of vLLM's own leaks (config/vllm_leaks.yaml) by its real trigger
+	@$(LEAKWATCH) drill $(if $(FAST_LEAK),--fast-leak) $(if $(SCENARIO),--scenario $(SCENARIO))
 
 .PHONY: generate lint fmt
 generate: setup-dev  ## rewrite the generated files (compose.yaml, prometheus.yml, rules, dashboards)
@@ -94,6 +94,7 @@ BENCHES += bench-exporter
 BENCHES += bench-detection
 BENCHES += bench-loadgen
 BENCHES += bench-faults
+BENCHES += bench-realleaks
 .PHONY: bench
 bench: setup-dev  ## run every benchmark and print their summary lines
 	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b | tee /tmp/leakwatch-$$b.log; done; \
@@ -115,6 +116,10 @@ bench-canary: setup-dev  ## the canary drill both ways: check --compare's verdic
 
 bench-drill-loaded: setup-dev  ## bench-drill with two busy processes beside the stack
 	@$(MAKE) --no-print-directory bench-drill LOAD=1
+
+.PHONY: bench-realleaks
+bench-realleaks: setup-dev  ## vLLM's own leaks screened on the real server: reproduced, attributed, verdicts, plateaus, time to page
+	@$(LEAKWATCH) drill --scenario all
 
 .PHONY: bench-exporter
 bench-exporter: setup-dev  ## exporter scrape latency and CPU against a real vLLM, beside node exporter

@@ -3,6 +3,7 @@ the pinned vLLM, trigger, role and the verdict a correct monitor gives."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +18,14 @@ SHAPES = ("leak", "bounded", "flat")
 ROLES = ("api_server", "engine_core", "worker")
 # The request patterns leakwatch/realleaks/triggers.py can send (and loadtest/real_leaks.py's users).
 TRIGGERS = ("responses-store", "unique-json-schema", "client-timeout", "short-decode")
+# A source: an issue or pull request (owner/repo#N, an optional note in brackets) or a GitHub advisory.
+SOURCE = re.compile(r"[\w.-]+/[\w.-]+#\d+( \([^()]+\))?|GHSA(-[0-9a-z]{4}){3}")
 BOUND_UNITS = {"MiB": 1024 * 1024, "adapters": None, "prompts": None}
 
 CASE: Schema = {
     "name": Key(STR),
     "title": Key(STR),
-    "source": Key(LIST, check=list_of(str, non_empty=True)),
+    "source": Key(LIST, check=lambda v: list_of(str, non_empty=True)(v) or _sources(v)),
     "status": Key(STR, check=one_of(*STATUSES)),
     "affected": Key(STR),
     "fixed_in": Key(STR, nullable=True),
@@ -40,6 +43,11 @@ BOUND: Schema = {
     "unit": Key(STR, check=one_of(*BOUND_UNITS)),
     "default": Key(INT, nullable=True, check=positive),
 }
+
+
+def _sources(values: list[str]) -> str | None:
+    bad = [v for v in values if not SOURCE.fullmatch(v)]
+    return f"must name issues as owner/repo#N (note) or GHSA-xxxx-xxxx-xxxx: {bad[0]!r}" if bad else None
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class Case:
 class Catalogue:
     cases: tuple[Case, ...]
     screening: dict[str, int]  # trigger -> triggering requests a screening sends
+    screening_vllm_args: tuple[str, ...]  # the screening server's extra vLLM arguments
 
     def case(self, name: str) -> Case:
         for case in self.cases:
@@ -105,7 +114,13 @@ class Catalogue:
 
 
 def _schema_for(screening_keys) -> Schema:
-    return {"cases": Key(LIST), "screening": {t: Key(INT, check=positive) for t in screening_keys}}
+    return {
+        "cases": Key(LIST),
+        "screening": {
+            "requests": {t: Key(INT, check=positive) for t in screening_keys},
+            "vllm_args": Key(LIST, check=list_of(str)),
+        },
+    }
 
 
 def load(path: Path = CATALOGUE_FILE) -> Catalogue:
@@ -143,4 +158,5 @@ def load(path: Path = CATALOGUE_FILE) -> Catalogue:
                 mitigation=" ".join(values["mitigation"].split()),
             )
         )
-    return Catalogue(tuple(cases), dict(raw["screening"]))
+    screening = raw["screening"]
+    return Catalogue(tuple(cases), dict(screening["requests"]), tuple(screening["vllm_args"]))

@@ -1,0 +1,243 @@
+"""vLLM's own leaks, screened on the real server: a private native stack whose vLLM runs with the
+cases' settings (config/vllm_leaks.yaml's `env`), no injector, the healer stopped; each trigger
+pattern in turn, as fast as the server answers; per trigger the exporter's growth per process role
+and `leakwatch check` over its phase. Controls (fixed or unreachable cases) go first, while the
+server is freshly warmed; then the bounded cache; then the unbounded leak.
+
+A case is
+  reproduced  when its role grew by more than `min_bytes_per_trigger` per triggering request
+              (status `reproduces` expects it; every other status expects no role to);
+  attributed  when the role that grew most is the catalogue's role;
+  verdict_ok  when check's verdict on that role is the expected shape's: LEAK for a leak, NO-LEAK
+              for a bounded cache once it levelled off (and LEAK while it was still filling), no
+              LEAK on any role for a flat case;
+  plateau_ok  (bounded caches) when the role's growth stopped within the phase: the last third of
+              the triggers added less than a tenth of the first third's growth.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import requests
+
+from ..leakcheck.analysis import LEAK, NO_LEAK
+from ..realleaks import forecast, triggers
+from ..realleaks.catalogue import Case, Catalogue
+from .config import DrillConfig
+from .load import CpuHog
+from .run import Drill
+
+ROLE_METRIC = "leakwatch_process_anonymous_memory_bytes"
+ROLE_MEMORY = f"sum by (role) ({ROLE_METRIC})"
+# Growth per trigger below this is the allocator's wander over a phase of ~1000 requests (a few
+# hundred KiB), not the case; the reproducing cases keep KiBs per trigger.
+MIN_BYTES_PER_TRIGGER = 1024
+CONCURRENCY = 4
+EXPORTER_SAMPLE_S = 5.0  # DrillStack's --sample-interval at no time compression
+# Controls first (a fresh, warmed server), then the bounded cache, then the unbounded leak.
+ORDER = ("client-timeout", "short-decode", "unique-json-schema", "responses-store")
+
+
+@dataclass
+class TriggerRun:
+    trigger: str
+    sent: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    start: float = 0.0
+    end: float = 0.0
+    growth: dict[str, float] = field(default_factory=dict)  # role -> bytes over the phase
+    thirds: dict[str, list[float]] = field(default_factory=dict)  # role -> growth per third of the triggers
+    check: dict = field(default_factory=dict)  # leakwatch check --json over the phase
+    early_check: dict = field(default_factory=dict)  # ... over the first third (bounded caches)
+
+    def per_trigger(self, role: str) -> float:
+        return self.growth.get(role, 0.0) / self.sent if self.sent else 0.0
+
+    def verdicts(self, check: dict | None = None) -> dict[str, str]:
+        """Role -> check's verdict on that role's host series (the worst over a role's ranks)."""
+        out: dict[str, str] = {}
+        for series in (check if check is not None else self.check).get("series", []):
+            role = series.get("labels", {}).get("role")
+            if series.get("kind") != "host" or not role:
+                continue
+            if out.get(role) != LEAK:
+                out[role] = series["verdict"]
+        return out
+
+    def check_bytes_per_request(self, role: str) -> float | None:
+        for series in self.check.get("series", []):
+            if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
+                return series["bytes_per_request"].get("estimate")
+        return None
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    run: TriggerRun | None
+    grown_role: str | None = None  # the role that grew most per trigger, if above the floor
+    bytes_per_trigger: float | None = None  # exporter: the case's role's growth / triggers
+    check_bytes_per_trigger: float | None = None  # leakwatch check's bytes/request on that role
+    verdict: str = "n/a"  # check's verdict on the case's role
+    reproduced: bool = False
+    attributed: bool = False
+    verdict_ok: bool = False
+    plateau_ok: bool | None = None  # bounded caches only
+    plateau_bytes: float | None = None
+    hours_to_alert: dict[str, float | None] = field(default_factory=dict)  # traffic -> backtest hours
+    failures: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        def b(v):
+            return "none" if v is None else f"{v:.0f}"
+
+        def h(v):
+            return "none" if v is None else f"{v:.1f}h"
+
+        c = self.case
+        text = (
+            f"  {c.name}: status={c.status} trigger={c.trigger} role={self.grown_role or 'none'} "
+            f"expected_role={c.role} shape={c.expected_on_pinned} bytes_per_trigger_exporter={b(self.bytes_per_trigger)} "
+            f"bytes_per_trigger_check={b(self.check_bytes_per_trigger)} verdict={self.verdict}"
+        )
+        if self.plateau_ok is not None:
+            text += f" plateau_ok={int(self.plateau_ok)} plateau_bytes={b(self.plateau_bytes)}"
+        if self.hours_to_alert:
+            text += " " + " ".join(f"alert_{k}={h(v)}" for k, v in self.hours_to_alert.items())
+        return text
+
+
+class RealLeakDrill(Drill):
+    """The screening: one private stack, the triggers of the chosen cases in ORDER."""
+
+    def __init__(self, cfg: DrillConfig, catalogue: Catalogue, cases: list[Case], out=sys.stdout, **kwargs):
+        # Wall-clock speed: the triggers go out as fast as vLLM answers and check judges the
+        # phases in production hours (no time compression).
+        super().__init__(cfg, out=out, **kwargs)
+        self.catalogue = catalogue
+        self.cases = [c for c in cases if c.screened]
+        self.skipped = [c for c in cases if not c.screened]
+        env: dict[str, str] = {}
+        for case in self.cases:
+            for key, value in case.env.items():
+                if env.setdefault(key, value) != value:
+                    raise ValueError(f"cases disagree on {key}: {env[key]!r} vs {value!r}")
+        self.env = env
+
+    def vllm_options(self) -> dict:
+        return {"vllm_extra_args": list(self.catalogue.screening_vllm_args), "vllm_extra_env": dict(self.env)}
+
+    def role_memory(self) -> dict[str, float]:
+        return {r["metric"]["role"]: float(r["value"][1]) for r in self.prom.query(ROLE_MEMORY)}
+
+    def settle(self) -> dict[str, float]:
+        """Role memory as the exporter sampled it after the last request: waits for a scrape later
+        than now plus the exporter's sample interval (it serves its latest sample)."""
+        after = time.time() + EXPORTER_SAMPLE_S
+        self.prom.wait_for(
+            f"min(timestamp({ROLE_METRIC})) > {after:.3f}",
+            timeout=120,
+            interval=self.cfg.scrape_interval_s,
+        )
+        return self.role_memory()
+
+    def drive(self, trigger: str, count: int) -> TriggerRun:
+        run = TriggerRun(trigger)
+        self.say(f"{trigger}: {count} triggering requests, {CONCURRENCY} at a time")
+        before = self.settle()
+        url = self.url("vllm")
+        marks: list[dict[str, float]] = [before]
+        run.start = time.time()
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            sessions = [requests.Session() for _ in range(CONCURRENCY)]
+            thirds = [range(k * count // 3, (k + 1) * count // 3) for k in range(3)]
+            for part in thirds:
+                results = pool.map(
+                    lambda i: triggers.send(sessions[i % CONCURRENCY], url, triggers.build(trigger, i, "demo")), part
+                )
+                for outcome in results:
+                    run.outcomes[outcome] = run.outcomes.get(outcome, 0) + 1
+                    run.sent += 1
+                marks.append(self.settle())
+        run.end = time.time()
+        after = marks[-1]
+        run.growth = {role: after.get(role, 0.0) - before.get(role, 0.0) for role in after}
+        run.thirds = {role: [m2.get(role, 0.0) - m1.get(role, 0.0) for m1, m2 in zip(marks, marks[1:])] for role in after}
+        run.check = self.check(run.start, run.end).as_dict()
+        self.say(
+            f"{trigger}: {run.outcomes}; growth per trigger "
+            + ", ".join(f"{role} {run.per_trigger(role):.0f} B" for role in sorted(run.growth))
+            + "; check: "
+            + ", ".join(f"{role} {v}" for role, v in sorted(run.verdicts().items()))
+        )
+        return run
+
+    def screen(self) -> list[CaseResult]:
+        hog = CpuHog(self.cpu_hogs, max_s=3 * 3600).start()
+        runs: dict[str, TriggerRun] = {}
+        try:
+            self._start_stack()
+            assert self.stack is not None
+            # A reproduced leak is the point: the healer must not restart vLLM in the middle.
+            self.stack.rpc().stopProcess("healer", True)
+            wanted = {c.trigger for c in self.cases}
+            for trigger in ORDER:
+                if trigger in wanted:
+                    runs[trigger] = self.drive(trigger, self.catalogue.screening[trigger])
+                    if trigger == "unique-json-schema":
+                        first = runs[trigger]
+                        cut = first.start + (first.end - first.start) / 3
+                        first.early_check = self.check(first.start, cut).as_dict()
+        finally:
+            self._stop_stack(None, hog)
+        return [judge(case, runs[case.trigger]) for case in self.cases if case.trigger]
+
+
+def judge(case: Case, run: TriggerRun) -> CaseResult:
+    res = CaseResult(case, run)
+    per_trigger = {role: run.per_trigger(role) for role in run.growth}
+    top = max(per_trigger, key=per_trigger.get, default=None)  # type: ignore[arg-type]
+    if top is not None and per_trigger[top] > MIN_BYTES_PER_TRIGGER:
+        res.grown_role = top
+    res.bytes_per_trigger = per_trigger.get(case.role)
+    res.check_bytes_per_trigger = run.check_bytes_per_request(case.role)
+    verdicts = run.verdicts()
+    res.verdict = verdicts.get(case.role, "n/a")
+    expected = case.expected_on_pinned
+    res.reproduced = expected != "flat" and res.grown_role is not None
+    res.attributed = res.reproduced and res.grown_role == case.role
+    if expected == "leak":
+        res.verdict_ok = res.verdict == LEAK
+    elif expected == "bounded":
+        early = run.verdicts(run.early_check).get(case.role)
+        res.verdict_ok = res.verdict == NO_LEAK and early == LEAK
+        thirds = run.thirds.get(case.role, [0.0, 0.0, 0.0])
+        res.plateau_ok = thirds[0] > 0 and thirds[-1] < 0.1 * thirds[0]
+        res.plateau_bytes = run.growth.get(case.role)
+        if not res.verdict_ok:
+            res.failures.append(f"{case.name}: check said {early} while filling and {res.verdict} overall")
+    else:
+        res.verdict_ok = LEAK not in verdicts.values() and res.grown_role is None
+    if expected != "flat" and not res.reproduced:
+        res.failures.append(f"{case.name}: no role grew more than {MIN_BYTES_PER_TRIGGER} B per trigger")
+    if res.reproduced and not res.attributed:
+        res.failures.append(f"{case.name}: {res.grown_role} grew most, not {case.role}")
+    if expected == "leak" and not res.verdict_ok:
+        res.failures.append(f"{case.name}: check said {res.verdict} for {case.role}, not LEAK")
+    if expected == "flat" and not res.verdict_ok:
+        res.failures.append(f"{case.name}: a control, yet {res.grown_role or 'check'} says it grows ({verdicts})")
+    if expected == "leak" and res.bytes_per_trigger:
+        res.hours_to_alert = forecast.hours_to_leak_alert(case.role, res.bytes_per_trigger)
+    return res
+
+
+def summary_line(results: list[CaseResult]) -> str:
+    return (
+        f"realleaks: screened={len(results)} reproduced={sum(r.reproduced for r in results)} "
+        f"attributed={sum(r.attributed for r in results)} verdict_ok={sum(r.verdict_ok for r in results)} "
+        f"plateau_ok={sum(bool(r.plateau_ok) for r in results)}"
+    )
