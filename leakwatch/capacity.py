@@ -38,6 +38,9 @@ NON_TORCH_GIB = 0.35
 # vLLM's KV block size when the profile sets none: 16 tokens on CUDA, 128 on the CPU backend
 # (its attention backend resolves 128; see vllm:cache_config_info's block_size).
 DEFAULT_BLOCK_SIZE = {"cuda": 16, "cpu": 128}
+# vLLM's cache_dtype values of one byte per element (vllm/config/cache.py CacheDType); its packed
+# 4-bit and per-head-scaled formats carry scales the planner does not model.
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 # The profiling forward pass samples max_num_seqs rows of fp32 logits; the sampler holds the
 # logits and one same-sized working copy (softmax / sorted probabilities).
 LOGITS_BYTES = 4
@@ -92,12 +95,31 @@ def weights_bytes(profile: Profile) -> int:
     return math.ceil(quantized * QUANTIZATION_BYTES[quantization]) + (arch["parameters"] - quantized) * element
 
 
-def kv_bytes_per_token(profile: Profile) -> int:
-    """layers x KV heads x head_dim x 2 (K and V) x KV dtype bytes."""
+def weights_bytes_per_gpu(profile: Profile) -> int:
+    """Each tensor-parallel rank's share of the weights (one worker's, on a GPU or the CPU backend)."""
+    return math.ceil(weights_bytes(profile) / profile.vllm["tensor_parallel_size"])
+
+
+def kv_bytes_per_token(profile: Profile, kv_cache_dtype: str | None = None) -> int:
+    """layers x KV heads x head_dim x 2 (K and V) x KV dtype bytes. `kv_cache_dtype` is what vLLM
+    reports (its cache_dtype: auto, fp8, fp8_e4m3, bfloat16, ...); the profile's when None."""
     arch = profile.architecture
-    kv_dtype = profile.vllm.get("kv_cache_dtype") or "auto"
-    element = 1 if kv_dtype == "fp8" else _dtype_bytes(profile)
+    kv_dtype = kv_cache_dtype or profile.vllm.get("kv_cache_dtype") or "auto"
+    if kv_dtype == "auto":
+        element = _dtype_bytes(profile)
+    elif kv_dtype in DTYPE_BYTES:
+        element = DTYPE_BYTES[kv_dtype]
+    elif kv_dtype in FP8_KV_CACHE_DTYPES:
+        element = 1
+    else:
+        raise CapacityError(f"KV cache dtype {kv_dtype!r}: its bytes per element are not modelled")
     return arch["num_layers"] * arch["num_kv_heads"] * arch["head_dim"] * 2 * element
+
+
+def kv_bytes_per_token_per_gpu(profile: Profile, kv_cache_dtype: str | None = None) -> int:
+    """What one tensor-parallel rank stores per token: its share of the KV heads."""
+    per_token = kv_bytes_per_token(profile, kv_cache_dtype)
+    return per_token * kv_heads_per_gpu(profile) // profile.architecture["num_kv_heads"]
 
 
 def kv_heads_per_gpu(profile: Profile) -> int:
@@ -163,13 +185,13 @@ def plan(profile: Profile) -> Plan:
     block_size = v.get("block_size") or DEFAULT_BLOCK_SIZE[profile.device]
     weights = weights_bytes(profile)
     per_token = kv_bytes_per_token(profile)
-    per_token_gpu = per_token * kv_heads_per_gpu(profile) // profile.architecture["num_kv_heads"]
+    per_token_gpu = kv_bytes_per_token_per_gpu(profile)
 
     if profile.needs_gpu:
         memory = int(hw["gpu_memory_gib"] * GIB)
         utilization = float(v["gpu_memory_utilization"])
         budget = int(utilization * memory)
-        weights_gpu = math.ceil(weights / tp)
+        weights_gpu = weights_bytes_per_gpu(profile)
         activation = activation_bytes_per_gpu(profile)
         cuda_graph = int(profile.capacity.get("cuda_graph_gib", CUDA_GRAPH_GIB) * GIB)
         non_torch = int(profile.capacity.get("non_torch_gib", NON_TORCH_GIB) * GIB)

@@ -328,6 +328,42 @@ host_memory = Row(
     ),
 )
 
+breakdown = Row(
+    "Where the memory goes: expected parts against the measure",
+    (
+        Panel(
+            title="Memory of each model-holding process: weights, KV pool and the unexplained rest",
+            unit="bytes",
+            width=12,
+            stacked=True,
+            queries=(
+                Query(per_process("leakwatch_memory_expected_bytes"), "{{process}} {{part}}"),
+                Query(per_process("leakwatch_memory_unexplained_bytes"), "{{process}} unexplained"),
+            ),
+            base_colour=NEUTRAL,
+            no_value="no breakdown (exporter without --profile)",
+            description="Per worker (or EngineCore when it runs the model itself): the weights (the profile's "
+            "parameters x dtype / tensor parallel size) and the KV pool (vLLM's blocks x bytes per block) "
+            "stacked with what is left of the measure (anonymous memory + swap on the CPU backend, NVML "
+            "process memory on a GPU); each process's stack adds up to its measure. On the CPU backend "
+            "the pool is resident from the start (vLLM zeroes it). Healthy: flat stacks; a growing top "
+            "layer is memory nothing by design accounts for.",
+        ),
+        Panel(
+            title="Unexplained memory per model-holding process",
+            unit="bytes",
+            width=12,
+            queries=(Query(per_process("leakwatch_memory_unexplained_bytes"), "{{process}}"),),
+            base_colour=NEUTRAL,
+            no_value="no breakdown (exporter without --profile)",
+            description="The measure minus the weights and the KV pool. Its size is the runtime (Python and "
+            "allocator heaps, oneDNN's primitives; on a GPU also the CUDA context, graphs and activation "
+            "reserve: one to a few GiB); it can be negative when less is resident than expected. Healthy: "
+            "flat after warm-up; steady growth with traffic is a leak.",
+        ),
+    ),
+)
+
 traffic = Row(
     "Traffic against memory",
     (
@@ -428,6 +464,6 @@ BOARD = Board(
     time_from="now-24h",
     refresh="1m",
     variables=(MODEL, INSTANCE, GPU_VARIABLE),
-    rows=(at_a_glance, gpu_memory, host_memory, traffic, exporter_health),
+    rows=(at_a_glance, breakdown, gpu_memory, host_memory, traffic, exporter_health),
     annotations=(FIRING_ALERTS, VLLM_RESTARTS, HEALER_RESTARTS, BASELINE_TAKEN),
 )

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..profiles import Profile
+from .breakdown import breakdowns
 from .cgroup import CgroupMemory, CgroupReader
 from .derived import (
     BASELINE_IDLE_WAIT_S,
@@ -92,6 +94,8 @@ FAMILIES = (
     "leakwatch_vllm_metrics_series",
     "leakwatch_collector_errors_total",
     "leakwatch_collector_duration_seconds",
+    "leakwatch_memory_expected_bytes",
+    "leakwatch_memory_unexplained_bytes",
 )
 
 
@@ -111,6 +115,8 @@ class ExporterConfig:
     state_file: Path | None = None
     # "all": every device NVML shows (a host of its own); "vllm": only those a vLLM process runs on.
     gpu_devices: str = "all"
+    # The serving profile vLLM runs: its model sizes are the memory breakdown's expected parts.
+    profile: Profile | None = None
 
     @property
     def listen_port(self) -> int:
@@ -365,6 +371,7 @@ class VllmMemoryCollector:
                 f("leakwatch_gpu_process_memory_bytes").add(value, gpu=gpu, role=role, rank=rank)
 
         self._add_derived(snap, f)
+        self._add_breakdown(snap, f)
 
         f("leakwatch_vllm_restarts_total").add(self.derived.restarts)
         f("leakwatch_vllm_up").add(1 if snap.sample.vllm is not None else 0)
@@ -406,6 +413,30 @@ class VllmMemoryCollector:
                 f(f"leakwatch_{kind}_memory_growth_bytes").add(growth, **{label: key})
                 if served:  # None or 0: no request since the baseline, no rate yet
                     f(f"leakwatch_{kind}_memory_growth_per_request_bytes").add(growth / served, **{label: key})
+
+    def _add_breakdown(self, snap: Snapshot, f) -> None:
+        """Expected parts and the unexplained remainder per model-holding process (breakdown.py)."""
+        if self.config.profile is None or snap.tree is None:
+            return
+        stats = snap.sample.vllm
+        for item in breakdowns(
+            self.config.profile,
+            stats.cache_config if stats is not None else None,
+            ((p.role, p.rank) for p in snap.tree.processes),
+            _anonymous_plus_swap(snap.host) if snap.host is not None else None,
+            snap.gpu.process if snap.gpu is not None else None,
+        ):
+            for part, value in item.expected.items():
+                f("leakwatch_memory_expected_bytes").add(value, role=item.role, rank=item.rank, part=part)
+            if item.unexplained is not None:
+                f("leakwatch_memory_unexplained_bytes").add(
+                    item.unexplained, role=item.role, rank=item.rank, gpu=item.gpu
+                )
+
+
+def _anonymous_plus_swap(host: HostReading) -> dict[tuple[str, str], int]:
+    """The leak measure per process, (role, rank) -> bytes: a pool or a leak pushed to swap still counts."""
+    return {key: value + host.swap.get(key, 0) for key, value in host.anonymous.items()}
 
 
 class _Timer:

@@ -14,6 +14,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from ..errors import LeakwatchError
+from ..profiles import load as load_profile
 from ..settings import load as load_settings
 from .collector import ExporterConfig, VllmMemoryCollector
 from .discovery import DEFAULT_TITLE_PREFIX
@@ -59,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPUs to report: every device NVML shows (default), or only vLLM's: those its container was "
         "given (NVIDIA_VISIBLE_DEVICES in its environment) or a vLLM process runs on (a sidecar on a node "
         "whose other cards belong to other pods)",
+    )
+    where.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the serving profile vLLM runs (serving/profiles/NAME.yaml): its model sizes give the memory "
+        "breakdown's expected parts (leakwatch_memory_*; docs/exporter.md); without it, no breakdown",
     )
     where.add_argument(
         "--title-prefix",
@@ -158,6 +165,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vllm_timeout_s=args.vllm_timeout,
         state_file=args.state_file,
         gpu_devices=args.gpu_devices,
+        profile=load_profile(args.profile) if args.profile else None,  # an unknown name: LeakwatchError
     )
     try:
         _ = config.listen_port  # the property parses --listen and raises ValueError on a bad one

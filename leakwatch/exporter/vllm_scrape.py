@@ -1,13 +1,14 @@
 """vLLM's own /metrics and /health: requests served, requests in flight, tokens processed, series
-count, health.
+count, its cache configuration (the KV pool's size), health.
 
-Only five families are read, so a line scan replaces a full exposition parser: vLLM's /metrics runs
+Only six families are read, so a line scan replaces a full exposition parser: vLLM's /metrics runs
 to thousands of histogram lines and this runs on every scrape.
 """
 
 from __future__ import annotations
 
 import http.client
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -19,6 +20,10 @@ REQUESTS_SERVED = "vllm:request_success_total"
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # Advance at every engine step with work, so they show a busy server between two finished requests.
 TOKENS_PROCESSED = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+# An info gauge whose labels are vLLM's CacheConfig (num_gpu_blocks, block_size, cache_dtype, ...).
+CACHE_CONFIG = "vllm:cache_config_info"
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,20 @@ class VllmStats:
     requests_served: float  # sum over engines, models and finish reasons
     in_flight: float  # running + waiting
     tokens_processed: float = 0.0  # prompt + generated tokens, sum over engines and models
+    # vllm:cache_config_info's labels (engine 0's with data parallelism); None when vLLM has none.
+    cache_config: dict[str, str] | None = None
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`a="1",b="x\\"y"` -> {"a": "1", "b": 'x"y'} (the exposition format's escapes)."""
+    labels, pos, text = {}, 0, text.strip()
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if not match:
+            raise ValueError(f"unreadable label set at {text[pos : pos + 40]!r}")
+        labels[match.group(1)] = re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), match.group(2))
+        pos = match.end()
+    return labels
 
 
 def parse_metrics(text: str) -> VllmStats:
@@ -35,6 +54,7 @@ def parse_metrics(text: str) -> VllmStats:
     in_flight = 0.0
     tokens = 0.0
     seen_served = False
+    cache_config: dict[str, str] | None = None
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -43,6 +63,14 @@ def parse_metrics(text: str) -> VllmStats:
             continue
         end = len(line.split("{", 1)[0].split(" ", 1)[0])
         name = line[:end]
+        if name == CACHE_CONFIG and "{" in line:
+            try:
+                labels = parse_labels(line[end + 1 : line.rindex("}")])
+            except ValueError:
+                continue  # one unreadable info line costs the breakdown, not the scrape
+            if cache_config is None or labels.get("engine") == "0":
+                cache_config = labels
+            continue
         if name != REQUESTS_SERVED and name not in IN_FLIGHT and name not in TOKENS_PROCESSED:
             continue
         # The value follows the label set (whose values may contain spaces); a timestamp may follow it.
@@ -57,7 +85,9 @@ def parse_metrics(text: str) -> VllmStats:
             tokens += value
     if not seen_served:
         raise ValueError(f"no {REQUESTS_SERVED} in vLLM's /metrics: not a vLLM server, or a vLLM without it")
-    return VllmStats(series=series, requests_served=served, in_flight=in_flight, tokens_processed=tokens)
+    return VllmStats(
+        series=series, requests_served=served, in_flight=in_flight, tokens_processed=tokens, cache_config=cache_config
+    )
 
 
 class VllmUnreachable(Exception):

@@ -169,6 +169,9 @@ def exporter_definition(settings: StackSettings, profile: model_profiles.Profile
             # file carries the restart count and the baseline over.
             "--state-file",
             f"{EXPORTER_STATE_DIR}/exporter-{state_name}.json",
+            # The model's sizes, for the memory breakdown (the image carries serving/profiles).
+            "--profile",
+            profile.name,
         ],
         "volumes": [f"leakwatch-state:{EXPORTER_STATE_DIR}"],
         "pid": f"service:{vllm_canary_service(profile.name) if canary else vllm_service(profile.name)}",

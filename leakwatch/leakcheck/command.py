@@ -18,7 +18,7 @@ import sys
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..settings import load as load_settings
-from . import compare, config as check_config
+from . import breakdown, compare, config as check_config
 from .analysis import CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
 from .window import iso, parse_duration, resolve
@@ -161,6 +161,12 @@ def run_check(args: argparse.Namespace, start: float, end: float, matcher: str =
     return analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
 
 
+def run_breakdown(args: argparse.Namespace, start: float, end: float, step: float) -> breakdown.MemoryBreakdown:
+    """The memory breakdown at the window's end (leakcheck/breakdown.py); informs, decides nothing."""
+    prom = Prometheus(args.prometheus or default_prometheus_url())
+    return breakdown.collect_breakdown(prom, start, end, step)
+
+
 def _interval(iv, unit: str = "") -> str:
     if iv.estimate is None or not math.isfinite(iv.estimate):
         return "n/a"
@@ -199,9 +205,12 @@ def run(args: argparse.Namespace) -> int:
             print(compare.format_text(comparison))
         return comparison.exit_code
     result = run_check(args, start, end)
+    memory = run_breakdown(args, start, end, result.step)
     if args.json:
-        json.dump(result.as_dict(), sys.stdout, indent=1)
+        json.dump({**result.as_dict(), "memory_breakdown": memory.as_dict()}, sys.stdout, indent=1)
         print()
     else:
         print(format_text(result))
+        print()
+        print("\n".join(breakdown.format_lines(memory)))
     return result.exit_code

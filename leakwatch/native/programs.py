@@ -127,7 +127,7 @@ def canary_programs(
     vllm_service, exporter_service = CANARY_SERVICES["vllm"], CANARY_SERVICES["leakwatch"]
     return [
         vllm_program(settings, profile, layout, extra_args, extra_env, vllm_service, VLLM_CANARY_PROGRAM),
-        exporter_program(settings, layout, vllm_service, exporter_service, "leakwatch-exporter-canary"),
+        exporter_program(settings, layout, vllm_service, exporter_service, "leakwatch-exporter-canary", profile),
         Program(
             name="canary-router",
             service="canary_router",
@@ -187,7 +187,7 @@ def core_programs(
             ],
         ),
         vllm_program(settings, profile, layout, vllm_extra_args, vllm_extra_env),
-        exporter_program(settings, layout),
+        exporter_program(settings, layout, profile=profile),
         healer_program(settings, layout),
     ]
 
@@ -228,9 +228,10 @@ def exporter_program(
     vllm_service: str = "vllm",
     service: str = "leakwatch_exporter",
     name: str = "leakwatch-exporter",
+    profile: model_profiles.Profile | None = None,
 ) -> Program:
     """`leakwatch exporter` watching one of this stack's vLLMs (it is healthy before vLLM is: vLLM's
-    state is one of its metrics)."""
+    state is one of its metrics); with the profile vLLM runs, for the memory breakdown."""
     return Program(
         name=name,
         service=service,
@@ -247,6 +248,7 @@ def exporter_program(
             str(settings.service(service).port),
             "--state-file",
             str(layout.data / f"{name}.json"),
+            *(["--profile", profile.name] if profile is not None else []),
         ],
     )
 

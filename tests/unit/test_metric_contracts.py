@@ -20,6 +20,7 @@ from leakwatch.catalogue import (
     vllm_metrics,
 )
 from leakwatch.dashboards import boards
+from leakwatch.leakcheck.breakdown import QUERIES as BREAKDOWN_QUERIES
 from leakwatch.leakcheck.collect import all_queries
 from leakwatch.metrics_record import SOURCES, drift, families, recorded_version, render
 from leakwatch.paths import RULES_DIR
@@ -32,6 +33,7 @@ def _queries() -> list[tuple[str, str]]:
     found = [(f"rule {r.name}", r.expr) for r in (*recording, *alerting)]
     found += [(f"dashboard {board.uid}: {where}", expr) for board in boards() for where, expr in board.queries()]
     found += [("leakwatch check", q) for q in all_queries()]
+    found += [("leakwatch check", q) for q in BREAKDOWN_QUERIES]
     return found
 
 

@@ -14,7 +14,17 @@ from leakwatch.exporter.collector import COLLECTORS, FAMILIES, ExporterConfig, V
 from leakwatch.exporter.gpu import import_pynvml
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.exporter.schema import Schema
-from tests.support.exporter_scrape import KIB, VLLM_PORT, FakeClock, FakeNvml, VllmEndpoint, cgroup_tree, proc_tree
+from leakwatch.profiles import load as load_profile
+from tests.support.exporter_scrape import (
+    KIB,
+    VLLM_PORT,
+    FakeClock,
+    FakeNvml,
+    VllmEndpoint,
+    cgroup_tree,
+    proc_tree,
+    vllm_metrics,
+)
 
 MIB = 1 << 20
 
@@ -253,6 +263,46 @@ def test_gpu_per_device_and_per_vllm_process(make):
     assert value("leakwatch_gpu_memory_growth_bytes", gpu="0") is None
     assert value("leakwatch_gpu_memory_baseline_bytes", gpu="0") == 70 << 30
     assert value("leakwatch_collector_errors_total", collector="gpu") == 1
+
+
+def test_memory_breakdown_on_the_cpu_backend_per_worker(make):
+    """With the profile: weights and the KV pool vLLM reports (the fixture's real cache_config_info,
+    16384 blocks of 128 tokens = 1 GiB for the demo model) per worker, and what the measure leaves."""
+    _, registry = make(profile=load_profile("demo"))
+    value = Scrape(registry)
+    for rank in ("0", "1"):
+        assert value("leakwatch_memory_expected_bytes", role="worker", rank=rank, part="weights") == 623232 * 2
+        assert value("leakwatch_memory_expected_bytes", role="worker", rank=rank, part="kv_cache") == 1 << 30
+        measured = value("leakwatch_process_anonymous_memory_bytes", role="worker", rank=rank) + value(
+            "leakwatch_process_swap_bytes", role="worker", rank=rank
+        )
+        unexplained = value("leakwatch_memory_unexplained_bytes", role="worker", rank=rank, gpu="")
+        assert unexplained == measured - 623232 * 2 - (1 << 30)
+    # Only the processes that hold the model: not the API server, nor EngineCore beside workers.
+    assert value("leakwatch_memory_expected_bytes", role="engine_core", rank="", part="weights") is None
+
+
+def test_memory_breakdown_on_a_gpu_and_none_without_a_profile(make, vllm):
+    nvml = FakeNvml(
+        devices=[(70 << 30, 80 << 30), (69 << 30, 80 << 30)],
+        processes={0: [(103, 68 << 30), (100, 500 * MIB)], 1: [(104, 67 << 30)]},
+    )
+    vllm.metrics = (
+        vllm_metrics(0)
+        .replace('num_gpu_blocks="16384"', 'num_gpu_blocks="40000"')
+        .replace('block_size="128"', 'block_size="16"')
+    )
+    profile = load_profile("iquest-coder-40b-4xa100", ["vllm.tensor_parallel_size=2", "hardware.gpu_count=2"])
+    _, registry = make(nvml_loader=lambda: nvml, profile=profile)
+    value = Scrape(registry)
+    weights = value("leakwatch_memory_expected_bytes", role="worker", rank="1", part="weights")
+    kv = value("leakwatch_memory_expected_bytes", role="worker", rank="1", part="kv_cache")
+    assert kv == 40000 * 16 * 80 * 4 * 128 * 2 * 2  # 80 layers x (8 KV heads / TP 2) x 128 x K,V x bf16
+    assert value("leakwatch_memory_unexplained_bytes", role="worker", rank="1", gpu="1") == (67 << 30) - weights - kv
+    assert value("leakwatch_memory_unexplained_bytes", role="worker", rank="0", gpu="0") == (68 << 30) - weights - kv
+
+    _, plain = make(nvml_loader=lambda: nvml)
+    assert "leakwatch_memory_" not in Scrape(plain).text
 
 
 def test_a_sidecar_reports_only_the_gpus_vllm_runs_on(make):

@@ -43,3 +43,23 @@ def test_sums_over_engines_and_tolerates_odd_label_values_and_timestamps():
 def test_a_server_without_the_request_counter_is_an_error():
     with pytest.raises(ValueError, match="vllm:request_success_total"):
         parse_metrics("up 1\nprocess_resident_memory_bytes 1e9\n")
+
+
+def test_cache_config_labels_engine_0_first_and_escapes():
+    text = (
+        'vllm:request_success_total{engine="0"} 1\n'
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="7"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="9",odd="a\\"b,}c"} 1.0\n'
+    )
+    assert parse_metrics(text).cache_config == {
+        "block_size": "16",
+        "engine": "0",
+        "num_gpu_blocks": "9",
+        "odd": 'a"b,}c',
+    }
+
+
+def test_no_or_an_unreadable_cache_config_line_costs_only_the_breakdown():
+    assert parse_metrics('vllm:request_success_total{engine="0"} 1\n').cache_config is None
+    broken = 'vllm:request_success_total{engine="0"} 1\nvllm:cache_config_info{block_size=16} 1\n'
+    assert parse_metrics(broken).cache_config is None and parse_metrics(broken).requests_served == 1
