@@ -133,6 +133,18 @@ def _residuals(fit: SlopeFit, x: np.ndarray, y: np.ndarray, seg: np.ndarray) -> 
     return y - base - fit.slope.estimate * x
 
 
+def _partial(x: np.ndarray, given: np.ndarray, memory_left: np.ndarray, seg: np.ndarray, cfg: CheckConfig) -> Interval:
+    """The slope of memory against `x` once `given` is accounted for (Frisch-Waugh-Lovell, with
+    Theil-Sen fits): `memory_left` (memory's residuals after its fit on `given`) against x's own
+    residuals after a fit on `given`. Counters that moved in lockstep leave x nothing to vary, and
+    the interval comes out unbounded or straddling: the data cannot separate them."""
+    on_given = theil_sen(given, x, seg, cfg.confidence)
+    if not on_given.ok:
+        return theil_sen(x, memory_left, seg, cfg.confidence).slope
+    fit = theil_sen(_residuals(on_given, given, x, seg), memory_left, seg, cfg.confidence)
+    return fit.slope if fit.ok else Interval(math.nan, -math.inf, math.inf)
+
+
 def _scatter(residuals: np.ndarray) -> float:
     finite = residuals[np.isfinite(residuals)]
     return float(np.median(np.abs(finite - np.median(finite)))) if len(finite) else math.inf
@@ -186,17 +198,16 @@ def attribute(
     # with the candidate's requests.
     rivals = []
     for h, r in residuals.items():
-        if h != best and not theil_sen(moving[best], r, seg, cfg.confidence).slope.low > t_req:
-            if fits[h].slope.low > t_req:
-                rivals.append(h)
-    if time_residuals is not None and not theil_sen(moving[best], time_residuals, seg, cfg.confidence).slope.low > t_req:
+        if h != best and fits[h].slope.low > t_req and not _partial(moving[best], moving[h], r, seg, cfg).low > t_req:
+            rivals.append(h)
+    if time_residuals is not None and not _partial(moving[best], t, time_residuals, seg, cfg).low > t_req:
         rivals.append("")  # time: steady traffic grows like the clock
     left = residuals[best]
     for h in moving:
         if h == best:
             results[h].verdict = EXPLAINS
             continue
-        on_left = theil_sen(moving[h], left, seg, cfg.confidence).slope
+        on_left = _partial(moving[h], moving[best], left, seg, cfg)
         results[h].residual_bytes_per_request = on_left
         if h in rivals:
             results[h].verdict = TOGETHER
@@ -206,11 +217,22 @@ def attribute(
             results[h].verdict = DOES_NOT
         else:
             results[h].verdict = UNDECIDED
-    unexplained = theil_sen(t, left, seg, cfg.confidence)
-    unexplained_gph = unexplained.slope.scaled(per_hour) if unexplained.ok else None
+    unexplained = _partial(t, moving[best], left, seg, cfg)
+    unexplained_gph = unexplained.scaled(per_hour) if math.isfinite(unexplained.estimate) else None
     bpr = fits[best].slope
     endpoint = f"{METHOD} {best}"
     figure = f"{_b(bpr.estimate)} per request ({int(round(cfg.confidence * 100))}% CI {_b(bpr.low)} .. {_b(bpr.high)})"
+    if "" in rivals and time_residuals is not None and _scatter(time_residuals) < _scatter(residuals[best]):
+        gph = time_fit.slope.scaled(per_hour)
+        return Attribution(
+            None,
+            None,
+            f"no endpoint's requests explain it: it follows time ({_b(gph.estimate)}/h) more closely than any "
+            f"endpoint's requests (best {endpoint}), and those do not explain it beyond time",
+            ordered(best),
+            skipped,
+            unexplained_gph,
+        )
     if rivals:
         names = [f"{METHOD} {h}" for h in rivals if h] + (["time"] if "" in rivals else [])
         return Attribution(
