@@ -10,11 +10,11 @@ calls LEAK, its memory is fitted against each endpoint's successful POSTs on the
   2. each remaining endpoint's fit (Theil-Sen within segments, estimator.py) leaves residuals; the
      candidate is the endpoint with a bytes/request interval above min_bytes_per_request whose
      residuals scatter least (median absolute residual);
-  3. it explains the growth when the residuals of every other explanation (another endpoint's fit,
-     and the fit against time) still grow against its counter (interval above the threshold): only
-     then can the data tell it apart from traffic that merely moved at the same time;
-  4. each other endpoint is then judged on what the candidate leaves: its counter's slope on those
-     residuals below the threshold (it does not explain it), above (it grows too), else undecided;
+  3. it explains the growth only if, with each rival accounted for (every other growing endpoint,
+     and time), its counter still explains growth: a Frisch-Waugh-Lovell partial slope (memory's
+     residuals after the rival's fit against the candidate counter's residuals after the same fit)
+     whose interval lies above the threshold; otherwise the data cannot tell them apart;
+  4. each other endpoint is then judged by its partial slope on what the candidate leaves: below the threshold (it does not explain it), above (it grows too), else undecided;
      and time: residuals that still grow per hour above min_growth_bytes_per_hour mean part of the
      growth follows no endpoint's requests.
 docs/leak-check.md has the method and its limits (endpoints whose traffic moves in lockstep cannot be
@@ -197,8 +197,12 @@ def attribute(
     # Tell the candidate apart from every other explanation: what the other leaves must still grow
     # with the candidate's requests.
     rivals = []
-    for h, r in residuals.items():
-        if h != best and fits[h].slope.low > t_req and not _partial(moving[best], moving[h], r, seg, cfg).low > t_req:
+    for h, left_h in residuals.items():
+        if (
+            h != best
+            and fits[h].slope.low > t_req
+            and not _partial(moving[best], moving[h], left_h, seg, cfg).low > t_req
+        ):
             rivals.append(h)
     if time_residuals is not None and not _partial(moving[best], t, time_residuals, seg, cfg).low > t_req:
         rivals.append("")  # time: steady traffic grows like the clock
@@ -253,4 +257,6 @@ def attribute(
         tail = "; ".join(f"{r.endpoint}: {r.verdict}" for r in others)
     if unexplained_gph is not None and unexplained_gph.low > t_hour:
         tail += f"; beyond that it still grows {_b(unexplained_gph.estimate)}/h with time"
-    return Attribution(endpoint, bpr, f"grows with {endpoint}: {figure}; {tail}", ordered(best), skipped, unexplained_gph)
+    return Attribution(
+        endpoint, bpr, f"grows with {endpoint}: {figure}; {tail}", ordered(best), skipped, unexplained_gph
+    )

@@ -491,8 +491,8 @@ def host_alerts(ctx: Context) -> list[Alert]:
             Memory(
                 "host",
                 "HostMemoryRunningOut",
-            ctx.host_available_fall,
-            ctx.vllm_host_memory_rate,
+                ctx.host_available_fall,
+                ctx.vllm_host_memory_rate,
                 free=ctx.host_available,
                 falls=f"-deriv({ctx.host_available}[{{window}}])",
                 vllm=ctx.vllm_host_memory,

@@ -64,7 +64,11 @@ def test_endpoints_that_did_not_move_are_skipped(cfg):
     memory = 1.5e9 + 8 * KB * responses + noise(rng, len(t), 300 * KB)
     idle = np.full(len(t), 3.0)  # three embeddings before the window, none in it
     result = attribution.attribute(
-        t, memory, np.zeros(len(t), dtype=int), counters(t, responses=responses, chat_completions=chat, embeddings=idle), cfg
+        t,
+        memory,
+        np.zeros(len(t), dtype=int),
+        counters(t, responses=responses, chat_completions=chat, embeddings=idle),
+        cfg,
     )
     assert result.skipped == ["POST /v1/embeddings"]
     assert result.endpoint == "POST /v1/responses"

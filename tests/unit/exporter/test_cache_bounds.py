@@ -49,7 +49,9 @@ def test_each_engine_core_holds_a_cache_of_its_own(tmp_path):
     write_environ(tmp_path, 102, VLLM_XGRAMMAR_CACHE_MB="16")
     write_environ(tmp_path, 104, VLLM_XGRAMMAR_CACHE_MB="16")
     bounds = CacheBounds(ProcFS(tmp_path))
-    assert bounds.read(tree((102, "engine_core"), (104, "engine_core"))) == {("engine_core", "xgrammar-cache"): 32 * MIB}
+    assert bounds.read(tree((102, "engine_core"), (104, "engine_core"))) == {
+        ("engine_core", "xgrammar-cache"): 32 * MIB
+    }
 
 
 def test_vllms_default_or_an_unreadable_environment_publishes_nothing(tmp_path):
