@@ -14,8 +14,8 @@ calls LEAK, its memory is fitted against each endpoint's successful POSTs on the
      and time), its counter still explains growth: a Frisch-Waugh-Lovell partial slope (memory's
      residuals after the rival's fit against the candidate counter's residuals after the same fit)
      whose interval lies above the threshold; otherwise the data cannot tell them apart;
-  4. each other endpoint is then judged by its partial slope on what the candidate leaves: below the threshold (it does not explain it), above (it grows too), else undecided;
-     and time: residuals that still grow per hour above min_growth_bytes_per_hour mean part of the
+  4. each other endpoint is then judged by its partial slope on what the candidate leaves: below
+     the threshold (it does not explain it), above (it grows too), else undecided; and time: residuals that still grow per hour above min_growth_bytes_per_hour mean part of the
      growth follows no endpoint's requests.
 docs/leak-check.md has the method and its limits (endpoints whose traffic moves in lockstep cannot be
 told apart; the answer then says so).
@@ -207,17 +207,21 @@ def attribute(
     if time_residuals is not None and not _partial(moving[best], t, time_residuals, seg, cfg).low > t_req:
         rivals.append("")  # time: steady traffic grows like the clock
     left = residuals[best]
+    hours = sum(float(t[seg == s_].max() - t[seg == s_].min()) for s_ in np.unique(seg)) * time_compression / 3600.0
     for h in moving:
         if h == best:
             results[h].verdict = EXPLAINS
             continue
         on_left = _partial(moving[h], moving[best], left, seg, cfg)
         results[h].residual_bytes_per_request = on_left
+        # The check's per-request threshold at this endpoint's traffic: less per request than
+        # min_growth_bytes_per_hour / (its requests per hour) is too slow to matter.
+        t_h = max(t_req, t_hour / (served[h] / hours)) if hours > 0 and served[h] > 0 else t_req
         if h in rivals:
             results[h].verdict = TOGETHER
-        elif on_left.low > t_req:
+        elif on_left.low > t_h:
             results[h].verdict = ALSO_GROWS
-        elif on_left.high < t_req:
+        elif on_left.high < t_h:
             results[h].verdict = DOES_NOT
         else:
             results[h].verdict = UNDECIDED
