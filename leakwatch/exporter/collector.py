@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from ..profiles import Profile
 from .breakdown import breakdowns
+from .cache_bounds import FAMILY as CACHE_BOUND_FAMILY, CacheBounds
 from .cgroup import CgroupMemory, CgroupReader
 from .derived import (
     BASELINE_IDLE_WAIT_S,
@@ -92,6 +93,7 @@ FAMILIES = (
     "leakwatch_vllm_restarts_total",
     "leakwatch_vllm_up",
     "leakwatch_vllm_metrics_series",
+    CACHE_BOUND_FAMILY,
     "leakwatch_collector_errors_total",
     "leakwatch_collector_duration_seconds",
     "leakwatch_memory_expected_bytes",
@@ -136,6 +138,7 @@ class Snapshot:
     gpu_available: bool
     gpu: GpuReading | None
     durations: dict[str, float] = field(default_factory=dict)
+    cache_bounds: dict[tuple[str, str], int] = field(default_factory=dict)  # (role, cache) -> bytes
 
 
 class VllmMemoryCollector:
@@ -158,6 +161,7 @@ class VllmMemoryCollector:
         self.discovery = Discovery(procfs, config.listen_port, config.title_prefix, clock=clock)
         self.host_memory = HostMemory(procfs, config.smaps_interval_s, clock)
         self.cgroup = CgroupReader(procfs, cgroup_root)
+        self.cache_bounds = CacheBounds(procfs)
         self.gpu = Gpu(nvml_loader, clock, only_vllm_devices=config.gpu_devices == "vllm")
         self.vllm = VllmScraper(config.vllm_url, config.vllm_timeout_s)
         self.derived = DerivedState(
@@ -264,6 +268,8 @@ class VllmMemoryCollector:
             with timed("host_memory"):
                 host = self.host_memory.read(tree, lambda exc: self._error("host_memory", exc))
 
+        bounds = self._cache_bounds(tree)
+
         cgroup = None
         if tree is not None:
             with timed("cgroup"):
@@ -300,7 +306,17 @@ class VllmMemoryCollector:
             self.derived.update(sample)
             self._save_state()
         self.last_snapshot_at = now
-        return Snapshot(sample, discovered, tree, host, cgroup, gpu_available, gpu, durations)
+        return Snapshot(sample, discovered, tree, host, cgroup, gpu_available, gpu, durations, bounds)
+
+    def _cache_bounds(self, tree: VllmTree | None) -> dict[tuple[str, str], int]:
+        """Declared cache bounds (cache_bounds.py); a failed read counts as discovery's error."""
+        if tree is None:
+            return {}
+        try:
+            return self.cache_bounds.read(tree)
+        except (OSError, ValueError) as exc:
+            self._error("discovery", exc)
+            return {}
 
     def _vllm_answer(self, deadline: float | None) -> tuple[VllmStats | None, bool, float, Exception | None]:
         """The pending read's answer, or no reading (and an error) if it is not in by the deadline."""
@@ -377,6 +393,8 @@ class VllmMemoryCollector:
         f("leakwatch_vllm_up").add(1 if snap.sample.vllm is not None else 0)
         if snap.sample.vllm is not None:
             f("leakwatch_vllm_metrics_series").add(snap.sample.vllm.series)
+        for (role, cache), size in sorted(snap.cache_bounds.items()):
+            f(CACHE_BOUND_FAMILY).add(size, role=role, cache=cache)
         for name in COLLECTORS:
             f("leakwatch_collector_errors_total").add(self.errors[name], collector=name)
         for name, seconds in snap.durations.items():

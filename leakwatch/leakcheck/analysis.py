@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,10 @@ class SeriesResult:
     recent_requests_per_hour: float | None = None  # production hours
     more_requests: float | None = None
     more_minutes: float | None = None
+    # Set after the verdict, for LEAK series: which endpoint's requests explain the growth
+    # (attribution.py) and the plateau of a declared cache bound (bounded.py).
+    attribution: Any = None
+    bounded: Any = None
 
     def as_dict(self) -> dict:
         s = self.series
@@ -81,6 +86,8 @@ class SeriesResult:
             "inconclusive_needs": None
             if self.verdict != INCONCLUSIVE
             else {"more_requests": self.more_requests, "more_minutes": self.more_minutes},
+            "attribution": None if self.attribution is None else self.attribution.as_dict(),
+            "bounded_caches": None if self.bounded is None else self.bounded.as_dict(),
         }
 
 

@@ -93,7 +93,9 @@ def all_queries() -> list[str]:
     for group in MEMORY_GROUPS:
         for q in group:
             exprs += [q.expr, q.headroom]
-    return exprs
+    from . import attribution, bounded  # what LEAK series are explained with (command.explain_leaks)
+
+    return exprs + attribution.queries() + bounded.queries()
 
 
 def choose_step(start: float, end: float, min_step: float, max_points: int) -> float:

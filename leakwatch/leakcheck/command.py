@@ -18,8 +18,8 @@ import sys
 from ..errors import LeakwatchError
 from ..promapi import Prometheus
 from ..settings import load as load_settings
-from . import breakdown, compare, config as check_config
-from .analysis import CheckResult, analyse, format_hours, human_bytes
+from . import attribution, bounded, breakdown, compare, config as check_config
+from .analysis import LEAK, CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
 from .window import iso, parse_duration, resolve
 
@@ -158,7 +158,26 @@ def run_check(args: argparse.Namespace, start: float, end: float, matcher: str =
     scrape = parse_duration(load_settings().prometheus["scrape_interval"])
     step = args.step or choose_step(start, end, scrape, cfg.max_points)
     timeline, series = collect(prom, start, end, step, matcher)
-    return analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
+    result = analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
+    explain_leaks(prom, result, matcher)
+    return result
+
+
+def explain_leaks(prom: Prometheus, result: CheckResult, matcher: str = "") -> None:
+    """For every LEAK series: which endpoint's requests explain it (attribution.py) and, for a role
+    with declared cache bounds, where it levels off (bounded.py). Only LEAK series: the per-endpoint
+    fits cost a Theil-Sen fit per endpoint, and a flat series has nothing to explain."""
+    leaks = [r for r in result.series if r.verdict == LEAK]
+    if not leaks:
+        return
+    counters = attribution.collect_endpoints(prom, result.start, result.end, result.step, matcher)
+    bounds, growth = bounded.collect_bounds(prom, result.end, matcher)
+    for r in leaks:
+        if counters:
+            r.attribution = attribution.attribute(
+                r.t, r.memory, r.segment_ids, counters, result.config, result.time_compression
+            )
+        bounded.annotate(r, bounds, growth)
 
 
 def run_breakdown(args: argparse.Namespace, start: float, end: float, step: float) -> breakdown.MemoryBreakdown:
@@ -191,6 +210,11 @@ def format_text(result: CheckResult) -> str:
             f"{_interval(r.growth_per_hour, '/h'):<36} {now:>9} {hours:>13}"
         )
         lines.append(f"{'':<28} {r.reason}  ({r.points} points, {r.requests_served:.0f} requests; {r.series.source})")
+        who = r.series.labels.get("role") or r.series.key
+        if r.attribution is not None:
+            lines.append(f"{'':<28} {who}: {r.attribution.reason}")
+        if r.bounded is not None:
+            lines.append(f"{'':<28} {who}: {r.bounded.text}")
     return "\n".join(lines)
 
 

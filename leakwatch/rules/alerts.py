@@ -411,6 +411,22 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     return [replace(a, keep_firing_while=keep.get((a.name, a.severity), a.keep_firing_while)) for a in alerts]
 
 
+def within_cache_bounds(ctx: Context, labels: list[str]) -> str:
+    """`unless` clause for a remediated alert: spares vLLM (`labels`: per role, or none for all its
+    roles) while its growth since the baseline is still within its declared cache bounds and the
+    rest of those bounds fits what the host can still give: a bounded cache filling up
+    (config/vllm_leaks.yaml), not a leak to restart. Only explicit bounds exist as series
+    (leakwatch/exporter/cache_bounds.py), so without one nothing is spared and the alerts act as
+    before. Joined per side and exporter (instance, job), as leakwatch_host_memory_growth_bytes is."""
+    keys = ctx.side + ["instance", "job", *labels]
+    bound = f"sum {by(keys)} ({ctx.exporter('leakwatch_vllm_cache_bound_bytes')})"
+    growth = f"sum {by(keys)} ({ctx.exporter('leakwatch_host_memory_growth_bytes')})"
+    return (
+        f"unless {on(keys)} (\n  {growth} <= {on(keys)} {bound}\n"
+        f"  and {on(keys)} ({bound} - {on(keys)} {growth} < {ctx.on_host()} group_left () {ctx.host_available})\n)"
+    )
+
+
 def host_alerts(ctx: Context) -> list[Alert]:
     h = ctx.t.section("host")
     alerts = []
@@ -450,7 +466,10 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"and {growing}\n"
             f"and {above_baseline}\n"
             + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
-            + f"unless {ctx.on_side()} {restarted}",
+            + f"unless {ctx.on_side()} {restarted}\n"
+            # A declared cache still filling within its bound, with room for the rest: not a leak
+            # to restart (the warning above still tells people that it grows).
+            + within_cache_bounds(ctx, ["role"]),
             h.dur("leak_for"),
             "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
             f"{ROLE} keeps growing; the host's available memory (or the container's limit) runs out in "
@@ -463,17 +482,22 @@ def host_alerts(ctx: Context) -> list[Alert]:
     still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
     alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
-    alerts += _running_out(
-        ctx,
-        Memory(
-            "host",
-            "HostMemoryRunningOut",
-            ctx.host_available_fall,
-            ctx.vllm_host_memory_rate,
-            free=ctx.host_available,
-            falls=f"-deriv({ctx.host_available}[{{window}}])",
-            vllm=ctx.vllm_host_memory,
-            on=ctx.on_host(),
+    # The fast pair's critical twin spares vLLM the same way (summed over its roles): a cache that
+    # fills fast but levels off within what the host can give runs nothing out.
+    alerts += _spare_bounded(
+        within_cache_bounds(ctx, []),
+        _running_out(
+            ctx,
+            Memory(
+                "host",
+                "HostMemoryRunningOut",
+                ctx.host_available_fall,
+                ctx.vllm_host_memory_rate,
+                free=ctx.host_available,
+                falls=f"-deriv({ctx.host_available}[{{window}}])",
+                vllm=ctx.vllm_host_memory,
+                on=ctx.on_host(),
+            ),
         ),
     )
 
@@ -513,6 +537,18 @@ def host_alerts(ctx: Context) -> list[Alert]:
             )
         )
     return alerts
+
+
+def _spare_bounded(spared: str, alerts: list[Alert]) -> list[Alert]:
+    """The critical (remediated) alerts with `spared` appended to their condition and their hold."""
+    return [
+        replace(a, expr=f"{a.expr}\n{spared}", keep_firing_while=f"{a.keep_firing_while}\n{spared}")
+        if a.severity == "critical" and a.keep_firing_while
+        else replace(a, expr=f"{a.expr}\n{spared}")
+        if a.severity == "critical"
+        else a
+        for a in alerts
+    ]
 
 
 def metrics_alerts(ctx: Context) -> list[Alert]:

@@ -129,6 +129,7 @@ def test_an_empty_window_or_unreachable_prometheus_is_a_clear_error(prometheus_u
 def test_every_metric_the_check_queries_is_emitted_by_a_known_exporter():
     known = set(exporter_metrics()) | {
         "vllm:request_success_total",
+        "http_requests_total",  # vLLM's instrumentator (config/metrics/vllm.csv): per-endpoint attribution
         "process_start_time_seconds",
         "process_resident_memory_bytes",
         "node_memory_MemAvailable_bytes",

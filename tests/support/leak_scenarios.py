@@ -19,6 +19,8 @@ class Scenario:
     start_time: np.ndarray  # process_start_time_seconds of the API server
     memory: dict[str, np.ndarray] = field(default_factory=dict)  # role -> bytes
     baseline_ready: np.ndarray | None = None
+    # handler -> successful POSTs so far (vLLM's http_requests_total), for per-endpoint attribution
+    endpoints: dict[str, np.ndarray] = field(default_factory=dict)
 
     def timeline(self, with_start_time: bool = True) -> Timeline:
         return Timeline.build(self.t, self.requests, self.start_time if with_start_time else None, self.baseline_ready)
@@ -157,6 +159,17 @@ def to_openmetrics(
         exp = f'job="leakwatch",instance="127.0.0.1:9405"{extra}'
         for role in sc.memory:
             out += [f'leakwatch_process_swap_bytes{{{exp},role="{role}",rank=""}} 0 {t:.3f}' for t in sc.t]
+    if s.endpoints:
+        out += [
+            "# HELP http_requests_total Total number of requests by method, status and handler.",
+            "# TYPE http_requests_total counter",
+        ]
+        lab = f'job="{job}",instance="{instance}"'
+        for handler, counts in s.endpoints.items():
+            out += [
+                f'http_requests_total{{{lab},handler="{handler}",method="POST",status="2xx"}} {c:.0f} {t:.3f}'
+                for t, c in zip(s.t, counts)
+            ]
     out += ["# HELP node_memory_MemAvailable_bytes Memory available.", "# TYPE node_memory_MemAvailable_bytes gauge"]
     out += [f'node_memory_MemAvailable_bytes{{job="node",instance="127.0.0.1:9100"}} {8e9:.0f} {t:.3f}' for t in s.t]
     if alerts:
