@@ -9,8 +9,8 @@ A case is
               (status `reproduces` expects it; every other status expects no role to);
   attributed  when the role that grew most is the catalogue's role;
   verdict_ok  when check's verdict on that role is the expected shape's: LEAK for a leak, NO-LEAK
-              for a bounded cache once it levelled off (and LEAK while it was still filling), no
-              LEAK on any role for a flat case;
+              over the phase for a bounded cache that levelled off in it, no LEAK on any role and
+              no role grown for a flat case;
   plateau_ok  (bounded caches) when the role's growth stopped within the phase: the last third of
               the triggers added less than a tenth of the first third's growth.
 """
@@ -33,9 +33,10 @@ from .run import Drill
 
 ROLE_METRIC = "leakwatch_process_anonymous_memory_bytes"
 ROLE_MEMORY = f"sum by (role) ({ROLE_METRIC})"
-# Growth per trigger below this is the allocator's wander over a phase of ~1000 requests (a few
-# hundred KiB), not the case; the reproducing cases keep KiBs per trigger.
+# A role "grew" in a phase when it gained more than both: per trigger (the reproducing cases keep
+# KiBs), and in all (the allocator's wander over a phase: up to ~1.5 MB measured in the controls).
 MIN_BYTES_PER_TRIGGER = 1024
+MIN_GROWTH_BYTES = 4 * 1024 * 1024
 CONCURRENCY = 4
 EXPORTER_SAMPLE_S = 5.0  # DrillStack's --sample-interval at no time compression
 # Controls first (a fresh, warmed server), then the bounded cache, then the unbounded leak.
@@ -52,7 +53,6 @@ class TriggerRun:
     growth: dict[str, float] = field(default_factory=dict)  # role -> bytes over the phase
     thirds: dict[str, list[float]] = field(default_factory=dict)  # role -> growth per third of the triggers
     check: dict = field(default_factory=dict)  # leakwatch check --json over the phase
-    early_check: dict = field(default_factory=dict)  # ... over the first third (bounded caches)
 
     def per_trigger(self, role: str) -> float:
         return self.growth.get(role, 0.0) / self.sent if self.sent else 0.0
@@ -188,10 +188,6 @@ class RealLeakDrill(Drill):
             for trigger in ORDER:
                 if trigger in wanted:
                     runs[trigger] = self.drive(trigger, self.catalogue.screening[trigger])
-                    if trigger == "unique-json-schema":
-                        first = runs[trigger]
-                        cut = first.start + (first.end - first.start) / 3
-                        first.early_check = self.check(first.start, cut).as_dict()
         finally:
             self._stop_stack(None, hog)
         return [judge(case, runs[case.trigger]) for case in self.cases if case.trigger]
@@ -201,7 +197,7 @@ def judge(case: Case, run: TriggerRun) -> CaseResult:
     res = CaseResult(case, run)
     per_trigger = {role: run.per_trigger(role) for role in run.growth}
     top = max(per_trigger, key=per_trigger.get, default=None)  # type: ignore[arg-type]
-    if top is not None and per_trigger[top] > MIN_BYTES_PER_TRIGGER:
+    if top is not None and per_trigger[top] > MIN_BYTES_PER_TRIGGER and run.growth[top] > MIN_GROWTH_BYTES:
         res.grown_role = top
     res.bytes_per_trigger = per_trigger.get(case.role)
     res.check_bytes_per_trigger = run.check_bytes_per_request(case.role)
@@ -213,13 +209,17 @@ def judge(case: Case, run: TriggerRun) -> CaseResult:
     if expected == "leak":
         res.verdict_ok = res.verdict == LEAK
     elif expected == "bounded":
-        early = run.verdicts(run.early_check).get(case.role)
-        res.verdict_ok = res.verdict == NO_LEAK and early == LEAK
+        # Once levelled off the whole phase is NO-LEAK (its later part is flat). While it fills, check
+        # says LEAK with the plateau forecast (tests/unit/test_leak_attribution.py): the cache fills
+        # within seconds at the screening's cap, too few samples for a verdict of its own.
+        res.verdict_ok = res.verdict == NO_LEAK
         thirds = run.thirds.get(case.role, [0.0, 0.0, 0.0])
-        res.plateau_ok = thirds[0] > 0 and thirds[-1] < 0.1 * thirds[0]
+        res.plateau_ok = thirds[0] > MIN_GROWTH_BYTES and thirds[-1] < 0.1 * thirds[0]
         res.plateau_bytes = run.growth.get(case.role)
         if not res.verdict_ok:
-            res.failures.append(f"{case.name}: check said {early} while filling and {res.verdict} overall")
+            res.failures.append(f"{case.name}: check said {res.verdict} once it had levelled off, not NO-LEAK")
+        if not res.plateau_ok:
+            res.failures.append(f"{case.name}: {case.role} did not level off (growth per third of the triggers: {thirds})")
     else:
         res.verdict_ok = LEAK not in verdicts.values() and res.grown_role is None
     if expected != "flat" and not res.reproduced:
