@@ -17,6 +17,7 @@ A case is
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,9 @@ class TriggerRun:
     growth: dict[str, float] = field(default_factory=dict)  # role -> bytes over the phase
     thirds: dict[str, list[float]] = field(default_factory=dict)  # role -> growth per third of the triggers
     check: dict = field(default_factory=dict)  # leakwatch check --json over the phase
+    # The live alert timeline: "alertname/severity[/role]" -> seconds into the phase it first fired
+    # (production rules at wall-clock speed: a phase of minutes rarely fires any).
+    alerts: dict[str, float] = field(default_factory=dict)
 
     def per_trigger(self, role: str) -> float:
         return self.growth.get(role, 0.0) / self.sent if self.sent else 0.0
@@ -88,6 +92,7 @@ class CaseResult:
     verdict_ok: bool = False
     plateau_ok: bool | None = None  # bounded caches only
     plateau_bytes: float | None = None
+    declared_bound: float | None = None  # the exporter's leakwatch_vllm_cache_bound_bytes for it
     hours_to_alert: dict[str, float | None] = field(default_factory=dict)  # traffic -> backtest hours
     failures: list[str] = field(default_factory=list)
 
@@ -105,9 +110,14 @@ class CaseResult:
             f"bytes_per_trigger_check={b(self.check_bytes_per_trigger)} verdict={self.verdict}"
         )
         if self.plateau_ok is not None:
-            text += f" plateau_ok={int(self.plateau_ok)} plateau_bytes={b(self.plateau_bytes)}"
+            text += (
+                f" plateau_ok={int(self.plateau_ok)} plateau_bytes={b(self.plateau_bytes)}"
+                f" declared_bound={b(self.declared_bound)}"
+            )
         if self.hours_to_alert:
             text += " " + " ".join(f"alert_{k}={h(v)}" for k, v in self.hours_to_alert.items())
+        fired = self.run.alerts if self.run else {}
+        text += " alerts_live=" + (",".join(f"{k}@{v:.0f}s" for k, v in sorted(fired.items())) or "none")
         return text
 
 
@@ -127,6 +137,8 @@ class RealLeakDrill(Drill):
                 if env.setdefault(key, value) != value:
                     raise ValueError(f"cases disagree on {key}: {env[key]!r} vs {value!r}")
         self.env = env
+        # (role, cache) -> bytes: the cache bounds the exporter read from vLLM's environment.
+        self.declared_bounds: dict[tuple[str, str], float] = {}
 
     def vllm_options(self) -> dict:
         return {"vllm_extra_args": list(self.catalogue.screening_vllm_args), "vllm_extra_env": dict(self.env)}
@@ -166,8 +178,16 @@ class RealLeakDrill(Drill):
         run.end = time.time()
         after = marks[-1]
         run.growth = {role: after.get(role, 0.0) - before.get(role, 0.0) for role in after}
-        run.thirds = {role: [m2.get(role, 0.0) - m1.get(role, 0.0) for m1, m2 in zip(marks, marks[1:])] for role in after}
+        run.thirds = {
+            role: [m2.get(role, 0.0) - m1.get(role, 0.0) for m1, m2 in itertools.pairwise(marks)] for role in after
+        }
         run.check = self.check(run.start, run.end).as_dict()
+        for item in self.prom.query_range(
+            'ALERTS{alertstate="firing", alertname!="Watchdog"}', run.start, time.time(), 2.0
+        ):
+            m = item["metric"]
+            name = "/".join(x for x in (m.get("alertname"), m.get("severity"), m.get("role")) if x)
+            run.alerts[name] = min(float(t) for t, _ in item["values"]) - run.start
         self.say(
             f"{trigger}: {run.outcomes}; growth per trigger "
             + ", ".join(f"{role} {run.per_trigger(role):.0f} B" for role in sorted(run.growth))
@@ -184,13 +204,20 @@ class RealLeakDrill(Drill):
             assert self.stack is not None
             # A reproduced leak is the point: the healer must not restart vLLM in the middle.
             self.stack.rpc().stopProcess("healer", True)
+            self.declared_bounds = {
+                (r["metric"].get("role", ""), r["metric"].get("cache", "")): float(r["value"][1])
+                for r in self.prom.query("leakwatch_vllm_cache_bound_bytes")
+            }
             wanted = {c.trigger for c in self.cases}
             for trigger in ORDER:
                 if trigger in wanted:
                     runs[trigger] = self.drive(trigger, self.catalogue.screening[trigger])
         finally:
             self._stop_stack(None, hog)
-        return [judge(case, runs[case.trigger]) for case in self.cases if case.trigger]
+        results = [judge(case, runs[case.trigger]) for case in self.cases if case.trigger]
+        for res in results:
+            res.declared_bound = self.declared_bounds.get((res.case.role, res.case.name))
+        return results
 
 
 def judge(case: Case, run: TriggerRun) -> CaseResult:
@@ -219,7 +246,9 @@ def judge(case: Case, run: TriggerRun) -> CaseResult:
         if not res.verdict_ok:
             res.failures.append(f"{case.name}: check said {res.verdict} once it had levelled off, not NO-LEAK")
         if not res.plateau_ok:
-            res.failures.append(f"{case.name}: {case.role} did not level off (growth per third of the triggers: {thirds})")
+            res.failures.append(
+                f"{case.name}: {case.role} did not level off (growth per third of the triggers: {thirds})"
+            )
     else:
         res.verdict_ok = LEAK not in verdicts.values() and res.grown_role is None
     if expected != "flat" and not res.reproduced:

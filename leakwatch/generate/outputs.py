@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..realleaks import catalogue as leak_catalogue, runbook
 from ..paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
+from ..realleaks import catalogue as leak_catalogue, runbook
 from ..settings import load as load_settings
 from . import yamlfmt
 from .alertmanager_config import compose_alertmanager_config

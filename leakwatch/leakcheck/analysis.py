@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,9 @@ class CheckResult:
     timeline: Timeline
     segments: Segments
     series: list[SeriesResult]
+    # The memory breakdown at the window's end (leakcheck/breakdown.py's MemoryBreakdown): informs,
+    # decides nothing; None where it was not asked for (one side of a comparison).
+    memory_breakdown: Any = None
 
     @property
     def exit_code(self) -> int:
@@ -117,6 +121,7 @@ class CheckResult:
             "restarts": self.segments.restarts,
             "segments": int(self.segments.ids.max()) + 1 if len(self.segments.ids) else 0,
             "series": [r.as_dict() for r in self.series],
+            **({"memory_breakdown": self.memory_breakdown.as_dict()} if self.memory_breakdown is not None else {}),
         }
 
 

@@ -160,6 +160,8 @@ def run_check(args: argparse.Namespace, start: float, end: float, matcher: str =
     timeline, series = collect(prom, start, end, step, matcher)
     result = analyse(timeline, series, cfg, start=start, end=end, step=step, time_compression=args.time_compression)
     explain_leaks(prom, result, matcher)
+    if not matcher:  # the breakdown is per host; a comparison's sides go without it
+        result.memory_breakdown = breakdown.collect_breakdown(prom, start, end, step)
     return result
 
 
@@ -178,12 +180,6 @@ def explain_leaks(prom: Prometheus, result: CheckResult, matcher: str = "") -> N
                 r.t, r.memory, r.segment_ids, counters, result.config, result.time_compression
             )
         bounded.annotate(r, bounds, growth)
-
-
-def run_breakdown(args: argparse.Namespace, start: float, end: float, step: float) -> breakdown.MemoryBreakdown:
-    """The memory breakdown at the window's end (leakcheck/breakdown.py); informs, decides nothing."""
-    prom = Prometheus(args.prometheus or default_prometheus_url())
-    return breakdown.collect_breakdown(prom, start, end, step)
 
 
 def _interval(iv, unit: str = "") -> str:
@@ -229,12 +225,12 @@ def run(args: argparse.Namespace) -> int:
             print(compare.format_text(comparison))
         return comparison.exit_code
     result = run_check(args, start, end)
-    memory = run_breakdown(args, start, end, result.step)
     if args.json:
-        json.dump({**result.as_dict(), "memory_breakdown": memory.as_dict()}, sys.stdout, indent=1)
+        json.dump(result.as_dict(), sys.stdout, indent=1)
         print()
     else:
         print(format_text(result))
-        print()
-        print("\n".join(breakdown.format_lines(memory)))
+        if result.memory_breakdown is not None:
+            print()
+            print("\n".join(breakdown.format_lines(result.memory_breakdown)))
     return result.exit_code

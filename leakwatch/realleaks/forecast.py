@@ -36,7 +36,7 @@ def hours_to_leak_alert(role: str, bytes_per_request: float) -> dict[str, float 
             for r in outcome.alerts(OURS)
             if r.rule.name == ALERT
             for e in r.fired
-            if e.firing_at >= outcome.origin
+            if e.firing_at is not None and e.firing_at >= outcome.origin
         ]
         out[name] = min(fired) / 3600 if fired else None
     return out

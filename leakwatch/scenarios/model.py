@@ -151,6 +151,9 @@ class Scenario:
     metrics_series: int = 614
     metrics_series_per_hour: float = 0.0
     warmup_requests: int = 5  # the exporter's baseline is taken after these
+    # Cache bounds set explicitly in vLLM's environment, as the exporter publishes them:
+    # (role, cache name of config/vllm_leaks.yaml, bytes).
+    cache_bounds: tuple[tuple[str, str, float], ...] = ()
     seed: int = 1
     # Hours of history before the interesting part (e.g. a week for week-over-week rules).
     note: str = ""

@@ -599,6 +599,8 @@ class Simulator:
                     )
                 )
         add((self.tx("leakwatch_vllm_up", EXPORTER), 1.0 if ready else 0.0))
+        for role, cache, size in sc.cache_bounds:  # read from the processes' environment: always there
+            add((self.tx("leakwatch_vllm_cache_bound_bytes", EXPORTER, "role", role, "cache", cache), size))
         if ready:
             hours = (t - self.ready_at) / 3600
             grown = 40 if self.served else 0

@@ -3,6 +3,8 @@ OpenMetrics input, and agreement with promtool's own unit tests on the same seri
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import math
 
@@ -213,6 +215,9 @@ def test_rules_read_only_series_the_simulator_produces():
 
     for scenario in ("article_a_vllm", "worker_rss_high_traffic"):
         simulate(library.get(scenario, days=0.05), Names())
+    # A declared cache bound (VLLM_XGRAMMAR_CACHE_MB set) is what a scenario states, not a default.
+    declared = (("engine_core", "xgrammar-cache", 64.0 * 2**20),)
+    simulate(replace(library.get("article_a_vllm", days=0.05), cache_bounds=declared), Names())
     reads = sources.rule_inputs(RULE_FILES) - {
         # Prometheus's and Alertmanager's own series: covered by promtool tests and the live stack.
         "prometheus_rule_evaluation_failures_total",

@@ -100,12 +100,14 @@ def test_check_prints_the_breakdown_after_the_verdict_table(monkeypatch, capsys,
     from leakwatch.leakcheck import command
 
     class Result:
-        step, exit_code = 60.0, 0
+        step, exit_code, series, memory_breakdown = 60.0, 0, [], None
 
         def as_dict(self):
-            return {"verdict": "NO-LEAK"}
+            return {"verdict": "NO-LEAK", "memory_breakdown": self.memory_breakdown.as_dict()}
 
-    monkeypatch.setattr(command, "run_check", lambda args, start, end: Result())
+    # run_check's own path (collection and analysis canned): it attaches the breakdown.
+    monkeypatch.setattr(command, "collect", lambda *a, **k: (None, []))
+    monkeypatch.setattr(command, "analyse", lambda *a, **k: Result())
     monkeypatch.setattr(command, "format_text", lambda result: "leakwatch check: NO-LEAK")
     monkeypatch.setattr(command, "Prometheus", lambda url: FakePrometheus({}))
     args = ["--prometheus", "http://prometheus.invalid", "--start", "1000", "--end", "4600"]

@@ -167,7 +167,9 @@ def test_a_control_passes_only_when_nothing_grows_and_check_calls_nothing_a_leak
     assert wander.grown_role is None and wander.verdict_ok
     grows = judge(
         case,
-        _run("short-decode", 1500, {"engine_core": 1500 * 4.0 * MIN_BYTES_PER_TRIGGER}, {**FLAT, "engine_core": "LEAK"}),
+        _run(
+            "short-decode", 1500, {"engine_core": 1500 * 4.0 * MIN_BYTES_PER_TRIGGER}, {**FLAT, "engine_core": "LEAK"}
+        ),
     )
     assert not grows.verdict_ok and grows.failures
     line = summary_line([quiet, grows])
