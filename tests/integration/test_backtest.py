@@ -3,10 +3,9 @@ OpenMetrics input, and agreement with promtool's own unit tests on the same seri
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
