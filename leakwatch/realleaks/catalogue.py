@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config_schema
-from ..config_schema import DICT, INT, LIST, STR, Key, Schema, list_of, one_of, positive
+from ..config_schema import DICT, INT, LIST, NUM, STR, Key, Schema, at_least, list_of, one_of, positive
 from ..errors import LeakwatchError
 from ..paths import CONFIG_DIR
 
@@ -42,6 +42,7 @@ BOUND: Schema = {
     "env": Key(STR, nullable=True),
     "unit": Key(STR, check=one_of(*BOUND_UNITS)),
     "default": Key(INT, nullable=True, check=positive),
+    "resident_factor": Key(NUM, required=False, check=at_least(1)),
 }
 
 
@@ -52,18 +53,21 @@ def _sources(values: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Bound:
-    """What bounds a cache: an environment variable of vLLM's (None: a fixed size), its unit, and
-    vLLM's default."""
+    """What bounds a cache: an environment variable of vLLM's (None: a fixed size), its unit, vLLM's
+    default, and how much resident memory one byte of the setting costs at most (measured: a cache
+    may count less than the process holds for it)."""
 
     env: str | None
     unit: str
     default: int | None
+    resident_factor: float = 1.0
 
     def bytes_for(self, value: int | None) -> int | None:
-        """The bound in bytes for a setting (None: vLLM's default), where the unit is a size."""
+        """The most resident memory the cache holds for a setting (None: vLLM's default), where the
+        unit is a size: the setting times resident_factor."""
         scale = BOUND_UNITS[self.unit]
         chosen = self.default if value is None else value
-        return None if scale is None or chosen is None else chosen * scale
+        return None if scale is None or chosen is None else round(chosen * scale * self.resident_factor)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ def _case(case: Case, version: str) -> str:
     if case.bound is not None:
         what = f"`{case.bound.env}`" if case.bound.env else "a fixed size"
         default = f", default {case.bound.default} {case.bound.unit}" if case.bound.default else ""
-        lines.append(f"- **Bound:** {what}{default}")
+        factor = case.bound.resident_factor
+        resident = f"; resident memory up to {factor:g}x the setting (measured)" if factor != 1 else ""
+        lines.append(f"- **Bound:** {what}{default}{resident}")
     if case.trigger:
         lines.append(
             f"- **Trigger:** `{case.trigger}` (`make drill SCENARIO={case.name}`; Locust: `loadtest/_real_leaks.py`)"

@@ -3,8 +3,9 @@ exporter, Prometheus; no injector): the Responses API's store (VLLM_ENABLE_RESPO
 unique POST /v1/responses) grows the API server for ever, and xgrammar's grammar cache (unique JSON
 schemas, VLLM_XGRAMMAR_CACHE_MB=1) grows EngineCore and levels off. The exporter must put each in
 its role, `leakwatch check` must say LEAK for the first, with the bytes per triggering request and
-the endpoint that triggers it, and NO-LEAK for the second once it levelled off; the exporter must
-publish the cap that was set. `make bench-realleaks` runs every case of config/vllm_leaks.yaml."""
+the endpoint that triggers it; for the second, a LEAK while it fills only with a plateau forecast
+that fits, and NO-LEAK once full (new schemas at a production pace); the exporter must publish the
+resident bound of the cap that was set. `make bench-realleaks` runs every case of config/vllm_leaks.yaml."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from leakwatch.drill.real_leaks import RealLeakDrill
 from leakwatch.leakcheck.analysis import LEAK, NO_LEAK
 from leakwatch.realleaks import catalogue
 
-MIB = 1024 * 1024
 # Fewer triggers than the bench: enough for check's 20 samples and 50 requests per phase, and for
 # growth far above the allocator's few MiB (the store keeps ~12 kB per request with these inputs).
 REQUESTS = {"responses-store": 500, "unique-json-schema": 1000}
@@ -63,10 +63,14 @@ def test_the_grammar_cache_grows_in_engine_core_then_levels_off(screening):
     res = results["xgrammar-cache"]
     assert res.grown_role == "engine_core", (res.run.growth if res.run else None, log)
     assert res.plateau_ok, (res.run.thirds if res.run else None, log)
-    assert res.verdict == NO_LEAK, (res.run.check if res.run else None, log)
+    # While it filled: a LEAK only with the forecast that it levels off within the headroom.
+    assert res.filling_verdict in (NO_LEAK, f"{LEAK} (fits)"), (res.filling_verdict, log)
+    # Once full, new schemas at a production pace: NO-LEAK.
+    assert res.verdict == NO_LEAK, (res.run.after.check if res.run and res.run.after else None, log)
     assert not res.failures, (res.failures, log)
 
 
-def test_the_exporter_publishes_the_cap_that_was_set(screening):
+def test_the_exporter_publishes_the_resident_bound_of_the_cap_that_was_set(screening):
     _, drill, log = screening
-    assert drill.declared_bounds.get(("engine_core", "xgrammar-cache")) == 1 * MIB, (drill.declared_bounds, log)
+    expected = catalogue.load().case("xgrammar-cache").bound.bytes_for(1)  # VLLM_XGRAMMAR_CACHE_MB=1
+    assert drill.declared_bounds.get(("engine_core", "xgrammar-cache")) == expected, (drill.declared_bounds, log)

@@ -9,7 +9,8 @@ from leakwatch.exporter.discovery import VllmProcess, VllmTree
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.realleaks import catalogue
 
-MIB = 1 << 20
+# One MiB of VLLM_XGRAMMAR_CACHE_MB in resident bytes (the catalogue's measured resident_factor).
+MIB = (1 << 20) * catalogue.load().bounded_caches[0].bound.resident_factor
 
 
 @pytest.fixture(scope="module")
