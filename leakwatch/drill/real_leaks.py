@@ -41,6 +41,8 @@ MIN_BYTES_PER_TRIGGER = 1024
 MIN_GROWTH_BYTES = 4 * 1024 * 1024
 CONCURRENCY = 4
 EXPORTER_SAMPLE_S = 5.0
+# A bounded cache fills at this pace (check gets samples of the filling: the first third's window)
+FILL_PER_SECOND = 5.0
 # A bounded cache, once full, judged at a production pace (new entries evicting old ones): two new
 # schemas a second for two minutes (~170,000 a day; check needs 20 samples and 50 requests).
 AFTER_PLATEAU_PER_SECOND = 2.0
@@ -63,6 +65,7 @@ class TriggerRun:
     # (production rules at wall-clock speed: a phase of minutes rarely fires any).
     alerts: dict[str, float] = field(default_factory=dict)
     after: TriggerRun | None = None  # a bounded cache: more triggers at a production pace once full
+    fill_check: dict = field(default_factory=dict)  # a bounded cache: check over its first third (filling)
 
     def per_trigger(self, role: str) -> float:
         return self.growth.get(role, 0.0) / self.sent if self.sent else 0.0
@@ -79,8 +82,9 @@ class TriggerRun:
         return out
 
     def bounded_outcome(self, role: str) -> str | None:
-        """check's plateau forecast for the role's LEAK (leakcheck/bounded.py): fits, runs out first, ..."""
-        for series in self.check.get("series", []):
+        """check's plateau forecast for the role's LEAK while filling (leakcheck/bounded.py): fits,
+        runs out first, beyond the bound, headroom unknown."""
+        for series in self.fill_check.get("series", []):
             if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
                 return (series.get("bounded_caches") or {}).get("outcome")
         return None
@@ -234,12 +238,16 @@ class RealLeakDrill(Drill):
             for trigger in ORDER:
                 if trigger in wanted:
                     count = self.catalogue.screening[trigger]
-                    runs[trigger] = self.drive(trigger, count)
-                    if trigger in settles:
-                        # Once full, new entries evict old ones: at a production pace, memory is flat.
-                        runs[trigger].after = self.drive(
-                            trigger, AFTER_PLATEAU_REQUESTS, first=count, per_second=AFTER_PLATEAU_PER_SECOND
-                        )
+                    if trigger not in settles:
+                        runs[trigger] = self.drive(trigger, count)
+                        continue
+                    # Paced, so that check has samples of the cache filling (its first third).
+                    run = runs[trigger] = self.drive(trigger, count, per_second=FILL_PER_SECOND)
+                    run.fill_check = self.check(run.start, run.start + (run.end - run.start) / 3).as_dict()
+                    # Once full, new entries evict old ones: at a production pace, memory is flat.
+                    run.after = self.drive(
+                        trigger, AFTER_PLATEAU_REQUESTS, first=count, per_second=AFTER_PLATEAU_PER_SECOND
+                    )
         finally:
             self._stop_stack(None, hog)
         results = [judge(case, runs[case.trigger]) for case in self.cases if case.trigger]
@@ -267,7 +275,8 @@ def judge(case: Case, run: TriggerRun) -> CaseResult:
         # While it fills, check may say LEAK, but only with a plateau forecast that fits the
         # headroom; once full, at a production pace, NO-LEAK.
         forecast_outcome = run.bounded_outcome(case.role)
-        res.filling_verdict = f"{res.verdict}" + (f" ({forecast_outcome})" if forecast_outcome else "")
+        filling = run.verdicts(run.fill_check).get(case.role, "n/a")
+        res.filling_verdict = filling + (f" ({forecast_outcome})" if forecast_outcome else "")
         res.verdict = run.after.verdicts().get(case.role, "n/a") if run.after else "n/a"
         res.verdict_ok = res.verdict == NO_LEAK and (
             not res.filling_verdict.startswith(LEAK) or forecast_outcome == "fits"

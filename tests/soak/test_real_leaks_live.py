@@ -63,8 +63,9 @@ def test_the_grammar_cache_grows_in_engine_core_then_levels_off(screening):
     res = results["xgrammar-cache"]
     assert res.grown_role == "engine_core", (res.run.growth if res.run else None, log)
     assert res.plateau_ok, (res.run.thirds if res.run else None, log)
-    # While it filled: a LEAK only with the forecast that it levels off within the headroom.
-    assert res.filling_verdict in (NO_LEAK, f"{LEAK} (fits)"), (res.filling_verdict, log)
+    # While it filled (check over the first third, paced): a LEAK with the forecast that it levels
+    # off within the headroom.
+    assert res.filling_verdict == f"{LEAK} (fits)", (res.filling_verdict, res.run.fill_check if res.run else None, log)
     # Once full, new schemas at a production pace: NO-LEAK.
     assert res.verdict == NO_LEAK, (res.run.after.check if res.run and res.run.after else None, log)
     assert not res.failures, (res.failures, log)

@@ -150,7 +150,8 @@ def test_a_bounded_cache_may_be_a_leak_only_with_a_fitting_forecast_and_no_leak_
         check = _check({**FLAT, "engine_core": filling})
         if outcome:
             check = _with_forecast(check, "engine_core", outcome)
-        run = TriggerRun("unique-json-schema", sent=600, growth={"engine_core": sum(thirds)}, check=check)
+        run = TriggerRun("unique-json-schema", sent=600, growth={"engine_core": sum(thirds)}, fill_check=check)
+        run.check = _check(FLAT)  # the whole phase: levelled off in its later part
         run.thirds = {"engine_core": thirds}
         run.after = _run("unique-json-schema", 240, {"engine_core": 0.1 * MIB}, {**FLAT, "engine_core": after})
         return judge(case, run)
