@@ -128,6 +128,17 @@ def test_the_core_imports_nothing_of_ours_above_it():
     assert above == {}
 
 
+def test_the_cli_imports_only_the_core_and_is_imported_only_by_main():
+    """leakwatch/cli/ imports a command's module by name from its table when that command runs
+    (importlib), so no import of its own reaches past the core; and only `python -m leakwatch`
+    imports it, so the console script and -m stay the only ways in."""
+    cli = {name for name in GRAPH if name == "leakwatch.cli" or name.startswith("leakwatch.cli.")}
+    assert {"leakwatch.cli", "leakwatch.cli.registry"} <= cli
+    beyond = {name: sorted(GRAPH[name] - CORE - cli) for name in sorted(cli) if GRAPH[name] - CORE - cli}
+    assert beyond == {}
+    assert sorted(name for name in GRAPH if GRAPH[name] & cli and name not in cli) == ["leakwatch.__main__"]
+
+
 def test_what_runs_in_production_imports_no_generator():
     """The healer, exporter, load generator, check and report read facts from the core, never from
     the code that writes config files (the socket proxy's query once came from its generator)."""
