@@ -244,6 +244,12 @@ def recorded_names(rules_dir: Path | None = None) -> set[str]:
     return names
 
 
+# Exporter series with a `gpu` label that exist on a CPU host too (the label is empty there).
+CPU_AND_GPU = {"leakwatch_memory_unexplained_bytes"}
+
+
 def gpu_only_names() -> set[str]:
     """Series that exist only on a GPU host: DCGM's, and our exporter's per-GPU (NVML) series."""
-    return set(dcgm_metrics()) | {name for name, row in exporter_metrics().items() if "gpu" in row["labels"]}
+    return set(dcgm_metrics()) | {
+        name for name, row in exporter_metrics().items() if "gpu" in row["labels"] and name not in CPU_AND_GPU
+    }
