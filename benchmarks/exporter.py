@@ -31,14 +31,14 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from leakwatch.core.ports import free_port  # noqa: E402
+from leakwatch.core.settings import load as load_settings  # noqa: E402
+from leakwatch.core.shutdown import unwind_on_sigterm  # noqa: E402
 from leakwatch.exporter.discovery import Discovery  # noqa: E402
 from leakwatch.exporter.host_memory import HostMemory  # noqa: E402
 from leakwatch.exporter.procfs import ProcFS  # noqa: E402
-from leakwatch.native.ports import free_port  # noqa: E402
 from leakwatch.native.programs import binary  # noqa: E402
 from leakwatch.native.runner import NativeStack  # noqa: E402
-from leakwatch.settings import load as load_settings  # noqa: E402
-from leakwatch.shutdown import unwind_on_sigterm  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from . import capacity, profiles as model_profiles
+from . import capacity
+from .core import profiles as model_profiles
 
 GIB = capacity.GIB
 

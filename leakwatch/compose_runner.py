@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import profiles as model_profiles
-from .errors import LeakwatchError
-from .paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
-from .settings import load as load_settings
+from .core import profiles as model_profiles
+from .core.errors import LeakwatchError
+from .core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
+from .core.settings import load as load_settings
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
@@ -232,7 +232,7 @@ def ensure_healer_token() -> None:
 
     ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
     # Prometheus's and Alertmanager's basic auth; readable by the containers' users, like the token.
-    from . import webauth
+    from .core import webauth
 
     webauth.ensure(COMPOSE_SECRETS_DIR, mode=0o644)
 

@@ -89,7 +89,7 @@ def build(out_dir: Path, force: bool = False) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from .profiles import load as load_profile
+    from .core.profiles import load as load_profile
 
     arch = load_profile(PROFILE).architecture
     tmp_dir = out_dir.with_name(out_dir.name + ".partial")

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
-from .errors import LeakwatchError
-from .paths import REPO_ROOT
-from .settings import StackSettings, load as load_settings
+from .core.errors import LeakwatchError
+from .core.paths import REPO_ROOT
+from .core.settings import StackSettings, load as load_settings
 
 DOCKERFILES = REPO_ROOT / "docker" / "local"
 LEAKWATCH_DOCKERFILE = REPO_ROOT / "docker" / "leakwatch.Dockerfile"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import compose_runner, profiles as model_profiles
-from .errors import LeakwatchError
+from . import compose_runner
+from .core import profiles as model_profiles
+from .core.errors import LeakwatchError
 from .native.runner import NativeStack
 
 RUNNERS = ("auto", "compose", "native")

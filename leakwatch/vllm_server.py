@@ -16,9 +16,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import LeakwatchError
-from .native.ports import free_port
-from .settings import ready_path
+from .core.errors import LeakwatchError
+from .core.ports import free_port
+from .core.settings import ready_path
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import concurrent.futures
 
 import requests
 
-from . import vllm_key
+from .core import vllm_key
 from .loadgen import conventions
 
 # Prompt lengths of the sequential stretch: one more word each, so the prefill batches take ~this

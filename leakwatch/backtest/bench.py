@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import LeakwatchError
-from ..paths import RULES_DIR
+from ..core.errors import LeakwatchError
+from ..core.paths import RULES_DIR
+from ..core.shutdown import unwind_on_sigterm
 from ..rules.alerts import RUNNING_OUT_ALERTS
 from ..scenarios import library
 from ..scenarios.simulate import HEALER_RESTART
-from ..shutdown import unwind_on_sigterm
 from .command import REFERENCE_RULES
 from .engine import AlertResult, Backtest, BacktestResult
 from .sources import History, from_scenario

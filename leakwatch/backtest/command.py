@@ -16,12 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..durations import parse_duration
-from ..errors import LeakwatchError
+from ..core.durations import parse_duration
+from ..core.errors import LeakwatchError
+from ..core.paths import PROMETHEUS_DIR, RULES_DIR
+from ..core.shutdown import unwind_on_sigterm
 from ..leakcheck.window import parse_instant
-from ..paths import PROMETHEUS_DIR, RULES_DIR
 from ..scenarios import library
-from ..shutdown import unwind_on_sigterm
 from . import report, sources
 from .engine import Backtest
 

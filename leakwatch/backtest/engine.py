@@ -23,10 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from ..catalogue import metric_names
-from ..durations import parse_duration
-from ..errors import LeakwatchError
-from ..promapi import Prometheus
+from ..core.durations import parse_duration
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import metric_names
+from ..core.promapi import Prometheus
 from ..rules.alerts import KEEP_FIRING_MARKER
 from .openmetrics import BlockFiles, write_matrix
 from .tsdb import TSDBServer, create_blocks

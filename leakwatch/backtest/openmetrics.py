@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 
 BLOCK_S = 7200
 _FLUSH_LINES = 20000

@@ -7,9 +7,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalogue import metric_names
-from ..errors import LeakwatchError
-from ..promapi import Prometheus
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import metric_names
+from ..core.promapi import Prometheus
 from ..scenarios.model import Scenario
 from ..scenarios.simulate import SimulationResult, simulate
 from .engine import load_rules

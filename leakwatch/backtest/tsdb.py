@@ -11,11 +11,11 @@ from pathlib import Path
 
 import requests
 
-from ..errors import LeakwatchError
-from ..native.ports import free_port
+from ..core.errors import LeakwatchError
+from ..core.ports import free_port
+from ..core.promapi import Prometheus
+from ..core.settings import load as load_settings
 from ..native.programs import binary
-from ..promapi import Prometheus
-from ..settings import load as load_settings
 
 
 def create_blocks(files: list[Path], data_dir: Path, jobs: int = 2) -> None:

@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from .. import settings as stack_settings
-from ..errors import LeakwatchError
+from ..core import settings as stack_settings
+from ..core.errors import LeakwatchError
 from .router import RouterAdmin, Split, default_split, haproxy_config
 
 HEADER = "haproxy.cfg for the leakwatch canary router (`leakwatch canary-router config`)."

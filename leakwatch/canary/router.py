@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import LeakwatchError
-from ..settings import StackSettings, ready_path
-from ..topology import DEPLOYMENTS
+from ..core.errors import LeakwatchError
+from ..core.settings import StackSettings, ready_path
+from ..core.topology import DEPLOYMENTS
 
 BACKEND = "vllm"
 SIDES = DEPLOYMENTS  # HAProxy's server names, and the deployment label's values

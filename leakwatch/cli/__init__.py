@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from .registry import COMMANDS, Command, load
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from . import checkpoint, mapping, output
 
 # Files copied next to the weights so vLLM finds the source's tokenizer and generation defaults.

@@ -5,7 +5,7 @@ dependencies (so this avoids leakwatch.cli)."""
 import argparse
 import sys
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from . import __doc__ as DOC, add_arguments, run
 
 parser = argparse.ArgumentParser(prog="python -m leakwatch.convert_xglm", description=DOC)

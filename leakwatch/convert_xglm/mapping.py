@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from .checkpoint import OutTensor, Shard
 
 LAYER_TENSORS = tuple(

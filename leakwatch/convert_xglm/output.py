@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from .checkpoint import sha256_file
 
 MANIFEST = "leakwatch-conversion.json"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 
 try:
     from grafana_foundation_sdk.builders import (

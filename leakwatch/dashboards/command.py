@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def _validate(files: list[Path]) -> int:
 
 
 def _check(url: str, include_gpu: bool, only: list[str] | None) -> int:
-    from ..promapi import Prometheus
+    from ..core.promapi import Prometheus
     from . import boards
     from .live import check_board
 

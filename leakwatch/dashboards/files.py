@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..generate import yamlfmt
-from ..paths import GRAFANA_DIR, REPO_ROOT
+from ..core import yamlfmt
+from ..core.paths import GRAFANA_DIR, REPO_ROOT
 from . import boards, provisioning, reference
 
 DASHBOARDS_DIR = GRAFANA_DIR / "dashboards"

@@ -8,9 +8,9 @@ others are display levels that mark orders of magnitude a reader should notice.
 
 from __future__ import annotations
 
-from ..rules import config as alert_thresholds
+from ..core import alert_config
 
-_ALERTS = alert_thresholds.load()
+_ALERTS = alert_config.load()
 _GPU, _HOST, _SERVING = (_ALERTS.section(name) for name in ("gpu", "host", "serving"))
 
 # Grafana's named colours.

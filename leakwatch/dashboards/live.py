@@ -12,9 +12,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..durations import parse_duration
-from ..promapi import Prometheus, PrometheusError
-from ..settings import load as load_settings
+from ..core.durations import parse_duration
+from ..core.promapi import Prometheus, PrometheusError
+from ..core.settings import load as load_settings
 from .board import Annotation, Board, Panel
 from .queries import expand, grafana_step
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..catalogue import METRICS_DIR, load_csv, metric_names
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import METRICS_DIR, load_csv, metric_names
 from . import levels
 from .board import TOKENS_PER_S, Board, Panel, Query, Row
 from .common import FIRING_ALERTS, INSTANCE, MODEL, percentiles, running_and_waiting

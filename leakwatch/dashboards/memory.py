@@ -3,8 +3,8 @@ request, and how long until it runs out. 24 h by default, the articles' memory t
 
 from __future__ import annotations
 
-from ..catalogue import host_leak_measure
-from ..rules.config import load as load_thresholds
+from ..core import alert_config
+from ..core.metric_catalogue import host_leak_measure
 from . import levels
 from .board import Annotation, Board, Panel, Query, Row, Variable
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS
@@ -38,8 +38,8 @@ MEMORY_LIMIT = f"max(leakwatch_cgroup_memory_limit_bytes) or max(node_memory_Mem
 # The forecasts take the faster of the last hour's and the fast-leak rules' window's growth, so the
 # panel agrees with HostMemoryRunningOut / GPUMemoryRunningOut when a fast leak pages.
 # Each forecast uses its own rule's window (the GPU rule's is longer: docs in config/alerts.yaml).
-FAST_WINDOW = load_thresholds().section("host").dur("runout_window")
-GPU_FAST_WINDOW = load_thresholds().section("gpu").dur("runout_window")
+FAST_WINDOW = alert_config.load().section("host").dur("runout_window")
+GPU_FAST_WINDOW = alert_config.load().section("gpu").dur("runout_window")
 
 
 def faster_growth(slope: str, fast_window: str = FAST_WINDOW) -> str:

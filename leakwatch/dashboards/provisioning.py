@@ -8,7 +8,7 @@ the container paths named here.
 
 from __future__ import annotations
 
-from ..settings import StackSettings, load as load_settings
+from ..core.settings import StackSettings, load as load_settings
 
 DATASOURCE_TYPE = "prometheus"
 DATASOURCE_UID = "prometheus"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import re
 
-from ..rules import config as alert_config
-from ..topology import DEPLOYMENT_LABEL
+from ..core import alert_config
+from ..core.topology import DEPLOYMENT_LABEL
 
 # The scrape jobs' selectors the rules use (config/alerts.yaml), so a renamed job is renamed once.
 _ALERTS = alert_config.load()

@@ -3,8 +3,8 @@ own /metrics (current names: kv_cache_usage_perc, inter_token_latency_seconds)."
 
 from __future__ import annotations
 
-from ..catalogue import host_leak_measure
-from ..rules.config import load as load_thresholds
+from ..core import alert_config
+from ..core.metric_catalogue import host_leak_measure
 from . import levels
 from .board import TOKENS_PER_S, Board, Panel, Query, Row
 from .common import FIRING_ALERTS, HEALER_RESTARTS, INSTANCE, MODEL, VLLM_RESTARTS, percentiles, running_and_waiting
@@ -312,7 +312,7 @@ errors = Row(
 
 # The canary rollout's sides (docs/canary.md), side by side; without a canary each panel shows the
 # one deployment there is. Memory is the host leak rules' measure over HostMemoryLeak's window.
-LEAK_WINDOW = load_thresholds().section("host").dur("leak_window")
+LEAK_WINDOW = alert_config.load().section("host").dur("leak_window")
 ROLE_GROWTH = host_leak_measure(lambda name: f"deriv({name}[{LEAK_WINDOW}])")
 SIDE_REQUESTS = f"sum by ({sides()}) (rate(vllm:request_success_total{{{VLLM}}}[{LEAK_WINDOW}]))"
 ALL_REQUESTS = f"sum({rate('vllm:request_success_total')})"

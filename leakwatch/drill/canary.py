@@ -24,9 +24,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..core.topology import DEPLOYMENT_LABEL, DEPLOYMENTS
 from ..leakcheck import compare
 from ..leakcheck.command import run_compare
-from ..topology import DEPLOYMENT_LABEL, DEPLOYMENTS
 from . import leak_middleware
 from .config import LEAK_ALERT, DrillConfig
 from .load import CpuHog, load_average

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 
 ROOT = Path("/sys/fs/cgroup")
 

@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import LeakwatchError
-    from ..shutdown import unwind_on_sigterm
+    from ..core.errors import LeakwatchError
+    from ..core.shutdown import unwind_on_sigterm
     from .run import Drill
 
     unwind_on_sigterm()  # the drill's private stack is stopped on the way out

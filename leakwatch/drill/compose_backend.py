@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..generate import yamlfmt
+from ..core import yamlfmt
+from ..core.paths import REPO_ROOT
+from ..core.settings import load as load_settings
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..generate.compose import SOURCE_DIR, compose_document, compose_prometheus_config
-from ..paths import REPO_ROOT
-from ..settings import load as load_settings
 from . import leak_middleware
 from .config import scaled_alertmanager, with_scrape_interval, write_rules
 

@@ -8,14 +8,14 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import config_schema
-from ..config_schema import INT, NUM, STR, Key, Schema, at_least, duration, fraction, non_negative, positive
-from ..durations import parse_duration as alertmanager_duration
-from ..errors import LeakwatchError
+from ..core import config_schema
+from ..core.config_schema import INT, NUM, STR, Key, Schema, at_least, duration, fraction, non_negative, positive
+from ..core.durations import parse_duration as alertmanager_duration
+from ..core.errors import LeakwatchError
+from ..core.paths import CONFIG_DIR
+from ..core.settings import StackSettings
 from ..heal.alertmanager import healer_webhooks
 from ..leakcheck.window import parse_duration
-from ..paths import CONFIG_DIR
-from ..settings import StackSettings
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")

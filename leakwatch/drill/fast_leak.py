@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 
+from ..core import alert_config
 from ..rules.alerts import warmup_after_ready_s
-from ..rules.config import load as load_thresholds
 from .load import CpuHog, load_average
 from .run import Drill, DrillResult, pss_total
 
@@ -29,7 +29,7 @@ class FastLeakDrill(Drill):
     def earliest_s(self) -> float:
         """Wall seconds after the exporter's baseline before the rule may fire: its window plus the
         profiles' warm-up after ready plus its `for` (production durations over the compression)."""
-        host = load_thresholds().section("host")
+        host = alert_config.load().section("host")
         production = host.seconds("runout_window") + warmup_after_ready_s() + host.seconds("runout_for")
         return self.cfg.wall(production)
 

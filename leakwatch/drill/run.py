@@ -26,21 +26,21 @@ from pathlib import Path
 import psutil
 import requests
 
-from .. import vllm_key, vllm_warmup, webauth
-from ..errors import LeakwatchError
+from .. import vllm_warmup
+from ..core import alert_config, vllm_key, webauth
+from ..core.errors import LeakwatchError
+from ..core.paths import REPO_ROOT
+from ..core.ports import free_port
+from ..core.promapi import Prometheus
+from ..core.settings import load as load_settings, ready_path
+from ..core.state_layout import StateLayout
+from ..core.topology import CANARY_SERVICES
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import config as healer_config
 from ..leakcheck.analysis import CheckResult
 from ..leakcheck.command import add_arguments as add_check_arguments, run_check
 from ..loadgen import conventions
-from ..native.layout import StateLayout
-from ..native.ports import free_port
 from ..native.runner import NativeStack
-from ..paths import REPO_ROOT
-from ..promapi import Prometheus
-from ..rules import config as alert_config
-from ..settings import load as load_settings, ready_path
-from ..topology import CANARY_SERVICES
 from . import leak_middleware, selfcheck
 from .cgroup import MemoryCgroup
 from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules

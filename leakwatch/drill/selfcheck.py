@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..promapi import Prometheus
-from ..rules import config as alert_config
+from ..core import alert_config
+from ..core.promapi import Prometheus
 
 
 @dataclass(frozen=True)

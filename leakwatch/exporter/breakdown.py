@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..capacity import CapacityError, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
-from ..profiles import Profile
+from ..core.profiles import Profile
 
 GIB = 1024**3
 PARTS = ("weights", "kv_cache")

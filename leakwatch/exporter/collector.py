@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..profiles import Profile
+from ..core.profiles import Profile
 from .breakdown import breakdowns
 from .cache_bounds import FAMILY as CACHE_BOUND_FAMILY, CacheBounds
 from .cgroup import CgroupMemory, CgroupReader

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from ..errors import LeakwatchError
-from ..profiles import load as load_profile
-from ..settings import load as load_settings
+from ..core.errors import LeakwatchError
+from ..core.profiles import load as load_profile
+from ..core.settings import load as load_settings
 from .collector import ExporterConfig, VllmMemoryCollector
 from .discovery import DEFAULT_TITLE_PREFIX
 from .procfs import ProcFS

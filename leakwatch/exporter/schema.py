@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..catalogue import exporter_metrics
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import exporter_metrics
 
 _KINDS = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 

@@ -11,7 +11,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from ..settings import load as load_settings
+from ..core.settings import load as load_settings
 from .collector import VllmMemoryCollector, scrape_timeout
 
 log = logging.getLogger("leakwatch.exporter")

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..settings import ready_path
+from ..core.settings import ready_path
 
 VLLM_HEALTH_PATH = ready_path("vllm")  # 200 only while its engine is alive
 

@@ -7,9 +7,9 @@ name and secret vs 127.0.0.1 and the state directory), so one function builds bo
 
 from __future__ import annotations
 
+from ..core.settings import StackSettings
+from ..core.topology import COMPOSE_HOSTS
 from ..heal import config as healer_config
-from ..settings import StackSettings
-from ..topology import COMPOSE_HOSTS
 
 HEALER_PATH = "/alerts"
 # Where Alertmanager reads the healer's bearer token in compose: the `healer_token` secret.

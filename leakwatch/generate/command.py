@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..paths import REPO_ROOT
+from ..core.paths import REPO_ROOT
 from .outputs import stale_files, write_all
 
 

@@ -7,10 +7,10 @@ and the other services reach whichever model is selected by one name.
 
 from __future__ import annotations
 
-from .. import __version__, profiles as model_profiles
-from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
-from ..settings import StackSettings, load as load_settings
-from ..topology import (
+from .. import __version__
+from ..core import profiles as model_profiles
+from ..core.settings import StackSettings, load as load_settings
+from ..core.topology import (
     CANARY_SERVICES,
     COMPOSE_HOSTS,
     compose_jobs,
@@ -18,6 +18,7 @@ from ..topology import (
     vllm_canary_service,
     vllm_service,
 )
+from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
 from . import compose_healer, compose_webauth
 from .compose_healer import vllm_labels
 from .prometheus_config import prometheus_config

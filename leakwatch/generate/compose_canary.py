@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import profiles as model_profiles
 from ..canary.router import default_split, haproxy_config as router_haproxy_config
-from ..paths import REPO_ROOT
-from ..settings import StackSettings
-from ..topology import COMPOSE_HOSTS, compose_target, compose_url, exporter_canary_service, vllm_canary_service
+from ..core import profiles as model_profiles
+from ..core.paths import REPO_ROOT
+from ..core.settings import StackSettings
+from ..core.topology import COMPOSE_HOSTS, compose_target, compose_url, exporter_canary_service, vllm_canary_service
 from . import compose as base
 from .compose_local import local_override
 from .socket_proxy import CONFIG_PATH as HAPROXY_CONFIG_PATH

@@ -8,9 +8,9 @@ listing this project's running vLLM container and restarting that container by n
 
 from __future__ import annotations
 
-from ..paths import COMPOSE_SECRETS_DIR, REPO_ROOT
-from ..settings import StackSettings
-from ..topology import COMPOSE_HOSTS, VLLM_CONTAINER_LABEL, compose_url
+from ..core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT
+from ..core.settings import StackSettings
+from ..core.topology import COMPOSE_HOSTS, VLLM_CONTAINER_LABEL, compose_url
 from . import socket_proxy
 
 SECRET = "healer_token"

@@ -1,13 +1,13 @@
-"""Compose's share of Prometheus's and Alertmanager's basic auth (leakwatch/webauth.py): the web config
+"""Compose's share of Prometheus's and Alertmanager's basic auth (leakwatch/core/webauth.py): the web config
 and the password as compose secrets (./secrets, created by `make up`, git-ignored), the flags, health
 checks that log in, and what Prometheus and Grafana send. Kept apart from compose.py so the socket
 proxy and the runner's work there stay separate."""
 
 from __future__ import annotations
 
-from .. import webauth
-from ..paths import COMPOSE_SECRETS_DIR
-from ..settings import StackSettings
+from ..core import webauth
+from ..core.paths import COMPOSE_SECRETS_DIR
+from ..core.settings import StackSettings
 
 SECRETS_DIR = f"./{COMPOSE_SECRETS_DIR.name}"
 WEB_CONFIG_SECRET = "web_config"

@@ -6,10 +6,10 @@ import difflib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
+from ..core import yamlfmt
+from ..core.paths import ALERTMANAGER_DIR, PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
+from ..core.settings import load as load_settings
 from ..realleaks import catalogue as leak_catalogue, runbook
-from ..settings import load as load_settings
-from . import yamlfmt
 from .alertmanager_config import compose_alertmanager_config
 from .compose import HEADER as COMPOSE_HEADER, compose_document, compose_prometheus_config
 from .compose_canary import (

@@ -6,10 +6,10 @@ function builds both and the scrape jobs cannot drift apart.
 
 from __future__ import annotations
 
-from ..settings import StackSettings
-from ..topology import ScrapeJob
+from ..core.settings import StackSettings
+from ..core.topology import ScrapeJob
 
-# Jobs that scrape a server behind our basic auth (leakwatch/webauth.py).
+# Jobs that scrape a server behind our basic auth (leakwatch/core/webauth.py).
 AUTHENTICATED_JOBS = ("prometheus", "alertmanager")
 
 

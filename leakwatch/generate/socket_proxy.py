@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import re
 
-from .. import profiles as model_profiles
-from ..settings import StackSettings
-from ..topology import (
+from ..core import profiles as model_profiles
+from ..core.settings import StackSettings
+from ..core.topology import (
     compose_container,
     docker_restart_wait_s,
     exporter_service,

@@ -15,10 +15,10 @@ import sys
 import threading
 from pathlib import Path
 
-from ..errors import LeakwatchError
-from ..native.layout import StateLayout
-from ..settings import load as load_settings
-from ..topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
+from ..core.errors import LeakwatchError
+from ..core.settings import load as load_settings
+from ..core.state_layout import StateLayout
+from ..core.topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
 from . import config as heal_config, token as heal_token
 from .exporter_keeper import ExporterKeeper
 from .metrics import HealerMetrics
@@ -221,7 +221,7 @@ def _kubernetes_restarter(args: argparse.Namespace):
 def _refusal_counter(metrics: HealerMetrics):
     from prometheus_client import Counter
 
-    from ..catalogue import load_csv
+    from ..core.metric_catalogue import load_csv
     from .kubernetes_restarter import EVICTION_REFUSALS_METRIC, METRICS_CSV
 
     row = load_csv(METRICS_CSV)[EVICTION_REFUSALS_METRIC]

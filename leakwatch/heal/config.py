@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import config_schema
-from ..config_schema import INT, LIST, NUM, STR, Key, Schema, at_least, non_negative, positive
-from ..errors import LeakwatchError
-from ..paths import CONFIG_DIR
+from ..core import config_schema
+from ..core.config_schema import INT, LIST, NUM, STR, Key, Schema, at_least, non_negative, positive
+from ..core.errors import LeakwatchError
+from ..core.paths import CONFIG_DIR
 
 CONFIG_FILE = CONFIG_DIR / "healer.yaml"
 

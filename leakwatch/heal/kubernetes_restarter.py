@@ -19,8 +19,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..catalogue import METRICS_DIR
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import METRICS_DIR
 from .restarters import RestartError, RestartTiming, TargetRefused
 
 log = logging.getLogger("leakwatch.heal")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
-from ..catalogue import METRICS_DIR, load_csv
+from ..core.metric_catalogue import METRICS_DIR, load_csv
 from .policy import DECISIONS
 
 CSV = METRICS_DIR / "leakwatch-healer.csv"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import requests
 
-from ..errors import LeakwatchError
-from ..topology import (
+from ..core.errors import LeakwatchError
+from ..core.topology import (
     COMPOSE_SERVICE_LABEL,
     VLLM_PROGRAM,
     VLLM_SERVICE_PREFIX,

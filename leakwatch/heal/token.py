@@ -7,7 +7,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 
 TOKEN_ENV = "LEAKWATCH_HEALER_TOKEN"
 MIN_LENGTH = 24

@@ -6,7 +6,7 @@ import time
 
 import requests
 
-from ..settings import ready_path
+from ..core.settings import ready_path
 
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 

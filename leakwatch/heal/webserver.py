@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..settings import load as load_settings
+from ..core.settings import load as load_settings
 from .payload import PayloadError, parse
 from .server import WEBHOOK_PATH, Healer, safe
 

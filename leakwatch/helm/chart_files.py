@@ -13,16 +13,15 @@ from pathlib import Path
 
 import yaml
 
-from .. import config_schema, profiles as model_profiles
 from ..canary.router import SIDES, STREAM_TIMEOUT_S, TCP_PREFIX, default_split, haproxy_config
-from ..catalogue import rewrite_selectors
-from ..generate import yamlfmt
+from ..core import config_schema, profiles as model_profiles, yamlfmt
+from ..core.alert_config import ALERTS_FILE
+from ..core.metric_catalogue import rewrite_selectors
+from ..core.paths import REPO_ROOT
+from ..core.settings import StackSettings, load as load_settings
+from ..core.topology import DEPLOYMENT_LABEL
 from ..heal import config as healer_config
 from ..heal.server import WEBHOOK_PATH
-from ..paths import REPO_ROOT
-from ..rules.config import ALERTS_FILE
-from ..settings import StackSettings, load as load_settings
-from ..topology import DEPLOYMENT_LABEL
 from . import identity
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "leakwatch"
@@ -242,7 +241,7 @@ def _variable_query(query: str) -> str:
 def _dashboard(text: str) -> str:
     """A compose dashboard with the instance variable replaced by namespace and pod variables, and
     every query kept to the pods they select."""
-    from ..rules import config as alert_config
+    from ..core import alert_config
 
     board = json.loads(text)
     variables = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from .chart_files import CHART_DIR
 
 

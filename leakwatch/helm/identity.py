@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..catalogue import rewrite_selectors
+from ..core.metric_catalogue import rewrite_selectors
 
 # `job` of each target the chart scrapes, and kube-prometheus-stack's node exporter.
 JOBS = {

@@ -8,9 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import LeakwatchError
-from ..generate import yamlfmt
-from ..rules.config import ALERTS_FILE
+from ..core import yamlfmt
+from ..core.alert_config import ALERTS_FILE
+from ..core.errors import LeakwatchError
 from .chart_files import rule_groups
 
 HEADER = """\

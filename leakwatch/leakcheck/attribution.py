@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..catalogue import with_matcher
-from ..promapi import Prometheus
-from ..rules import config as alert_config
+from ..core import alert_config
+from ..core.metric_catalogue import with_matcher
+from ..core.promapi import Prometheus
 from .analysis import human_bytes as _b
 from .config import CheckConfig
 from .estimator import Interval, SlopeFit, theil_sen

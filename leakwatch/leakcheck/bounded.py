@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..catalogue import with_matcher
-from ..promapi import Prometheus
+from ..core.metric_catalogue import with_matcher
+from ..core.promapi import Prometheus
 from ..realleaks import catalogue as leak_catalogue
 from .analysis import LEAK, SeriesResult, human_bytes
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..catalogue import with_matcher
-from ..promapi import Prometheus
+from ..core.metric_catalogue import with_matcher
+from ..core.promapi import Prometheus
 from .analysis import human_bytes
 
 EXPECTED = "sum by (role, rank, part) (leakwatch_memory_expected_bytes)"

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..catalogue import host_leak_measure, with_matcher
-from ..errors import LeakwatchError
-from ..promapi import Prometheus
-from ..rules import config as alert_config
+from ..core import alert_config
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import host_leak_measure, with_matcher
+from ..core.promapi import Prometheus
 from .series import MemorySeries, Timeline
 from .window import iso as _iso
 

@@ -15,9 +15,9 @@ import math
 import os
 import sys
 
-from ..errors import LeakwatchError
-from ..promapi import Prometheus
-from ..settings import load as load_settings
+from ..core.errors import LeakwatchError
+from ..core.promapi import Prometheus
+from ..core.settings import load as load_settings
 from . import attribution, bounded, breakdown, compare, config as check_config
 from .analysis import LEAK, CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect

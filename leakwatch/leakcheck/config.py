@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from .. import config_schema
-from ..config_schema import INT, NUM, STR, Key, Schema, at_least, fraction, in_range, non_negative, positive
-from ..paths import CONFIG_DIR
+from ..core import config_schema
+from ..core.config_schema import INT, NUM, STR, Key, Schema, at_least, fraction, in_range, non_negative, positive
+from ..core.paths import CONFIG_DIR
 
 CONFIG_FILE = CONFIG_DIR / "leak_check.yaml"
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from .. import durations
-from ..errors import LeakwatchError
+from ..core import durations
+from ..core.errors import LeakwatchError
 
 
 def parse_duration(text: str) -> float:

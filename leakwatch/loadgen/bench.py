@@ -38,11 +38,12 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from .. import demo_model, profiles as model_profiles
-from ..native.ports import free_port
-from ..paths import REPO_ROOT
-from ..settings import ready_path
-from ..shutdown import unwind_on_sigterm
+from .. import demo_model
+from ..core import profiles as model_profiles
+from ..core.paths import REPO_ROOT
+from ..core.ports import free_port
+from ..core.settings import ready_path
+from ..core.shutdown import unwind_on_sigterm
 from . import server_metrics, truth
 from .prompts import CorpusBuilder, fixed_lengths
 from .reports import read_request_log

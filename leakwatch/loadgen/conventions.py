@@ -2,7 +2,7 @@
 
 Janeway-like models were trained with line breaks written as `</s>`: a prompt must reach the model
 that way, its completions must be read back with line breaks, and `</s>` must not end generation
-(ignore_eos, skip_special_tokens false). `leakwatch.model_text` holds the rules; this wraps them
+(ignore_eos, skip_special_tokens false). `leakwatch.core.model_text` holds the rules; this wraps them
 for what sends requests: the load generator, the drill and the benches.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import model_text, profiles as model_profiles
+from ..core import model_text, profiles as model_profiles
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from ..catalogue import loadgen_metrics
+from ..core.metric_catalogue import loadgen_metrics
 from .outcomes import OUTCOMES
 from .stats import RunStats
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .. import durations
+from ..core import durations
 from .prompts import WORKLOADS, WorkloadSpec
 from .schedule import ArrivalProcess
 from .shapes import SHAPES, HighConcurrencyPlan, ProductionDayPlan
@@ -301,7 +301,7 @@ class LoadgenOptions:
             fail("load-shape", f"{shape!r} is not one of {', '.join(SHAPES)}")
         client_profile = str(get["client_profile"] or "auto").strip()
         if client_profile not in ("auto", "none"):
-            from ..profiles import available
+            from ..core.profiles import available
 
             if client_profile not in available():
                 fail("client-profile", f"{client_profile!r} is not auto, none or one of {', '.join(available())}")

@@ -35,7 +35,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ..settings import ready_path
+from ..core.settings import ready_path
 
 VLLM_HEALTH_PATH = ready_path("vllm")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..settings import load as load_settings
+from ..core.settings import load as load_settings
 from .options import LoadgenOptions
 from .stats import QUANTILES, RunStats
 
@@ -72,8 +72,8 @@ class LoadgenRun:
         return self.options
 
     def api_key(self, host: str | None) -> str | None:
-        """--api-key, else the native stack's own key when host is its vLLM (leakwatch/vllm_key.py)."""
-        from .. import vllm_key
+        """--api-key, else the native stack's own key when host is its vLLM (leakwatch/core/vllm_key.py)."""
+        from ..core import vllm_key
 
         opts = self.options or self.load_options()
         return opts.api_key or vllm_key.key_for(host)

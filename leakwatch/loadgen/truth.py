@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from ..settings import ready_path
+from ..core.settings import ready_path
 
 MODEL = "reference"
 # The scripted timings (known distributions): log-normal TTFT, gamma ITL.

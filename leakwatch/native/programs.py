@@ -8,12 +8,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import profiles as model_profiles, vllm_key, webauth
-from ..errors import LeakwatchError
-from ..paths import RULES_DIR
-from ..settings import StackSettings
-from ..topology import CANARY_SERVICES, VLLM_CANARY_PROGRAM, VLLM_PROGRAM
-from .layout import StateLayout
+from ..core import profiles as model_profiles, vllm_key, webauth
+from ..core.errors import LeakwatchError
+from ..core.paths import RULES_DIR
+from ..core.settings import StackSettings
+from ..core.state_layout import StateLayout
+from ..core.topology import CANARY_SERVICES, VLLM_CANARY_PROGRAM, VLLM_PROGRAM
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 ORPHAN_REAPER = "leakwatch.native.orphan_reaper"
@@ -68,12 +68,14 @@ def vllm_program(
     port = settings.service(service).port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
     shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
-    # An optional API key (leakwatch/vllm_key.py): handed over in vLLM's environment, never on its command line.
+    # An optional API key (leakwatch/core/vllm_key.py): handed over in vLLM's environment, never on its command line.
     key_file = vllm_key.stack_key_file(layout.secrets)
     if key_file:
         vllm_key.read(key_file)  # a missing or weak key is a clear error now, not a FATAL vLLM later
     launcher = (
-        ["-m", "leakwatch.vllm_key", str(key_file), "--"] if key_file else ["-m", "vllm.entrypoints.openai.api_server"]
+        ["-m", "leakwatch.core.vllm_key", str(key_file), "--"]
+        if key_file
+        else ["-m", "vllm.entrypoints.openai.api_server"]
     )
     command = [
         # No process of vLLM outlives its API server (an orphaned EngineCore keeps its memory): orphan_reaper.py.
@@ -157,7 +159,7 @@ def core_programs(
                 f"--storage.tsdb.path={layout.data / 'prometheus'}",
                 f"--storage.tsdb.retention.time={retention}",
                 f"--web.listen-address={bind}:{svc('prometheus').port}",
-                # Basic auth (bcrypt) on every endpoint: leakwatch/webauth.py, docs/healer.md.
+                # Basic auth (bcrypt) on every endpoint: leakwatch/core/webauth.py, docs/healer.md.
                 f"--web.config.file={layout.secrets / webauth.WEB_CONFIG_FILE}",
                 # /-/quit and /-/reload (and the admin API) stay off: anyone who reaches the port could stop
                 # alerting. Opt in with PROMETHEUS_ENABLE_LIFECYCLE=1 (docs/healer.md).

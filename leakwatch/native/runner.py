@@ -17,18 +17,18 @@ from pathlib import Path
 
 import psutil
 
-from .. import demo_model, profiles as model_profiles, webauth
+from .. import demo_model
 from ..canary.router import RouterAdmin, default_split, haproxy_config
-from ..errors import LeakwatchError
-from ..generate import yamlfmt
+from ..core import ports, profiles as model_profiles, webauth, yamlfmt
+from ..core.errors import LeakwatchError
+from ..core.settings import StackSettings, load as load_settings
+from ..core.state_layout import StateLayout
+from ..core.topology import DEPLOYMENTS, native_jobs
 from ..generate.alertmanager_config import native_alertmanager_config
 from ..generate.prometheus_config import prometheus_config
 from ..heal import token as heal_token
 from ..heal.alertmanager import localize
-from ..settings import StackSettings, load as load_settings
-from ..topology import DEPLOYMENTS, native_jobs
-from . import ports, supervisor
-from .layout import StateLayout
+from . import supervisor
 from .orphan_reaper import terminate_then_kill
 from .programs import Program, rules_glob, stack_programs
 

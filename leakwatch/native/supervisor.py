@@ -10,7 +10,7 @@ from pathlib import Path
 
 from supervisor.xmlrpc import SupervisorTransport
 
-from .layout import StateLayout
+from ..core.state_layout import StateLayout
 from .programs import Program
 
 # Every process of a native stack inherits this variable (vLLM's EngineCore and workers too), so

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import config_schema
-from ..config_schema import DICT, INT, LIST, NUM, STR, Key, Schema, at_least, list_of, one_of, positive
-from ..errors import LeakwatchError
-from ..paths import CONFIG_DIR
+from ..core import config_schema
+from ..core.config_schema import DICT, INT, LIST, NUM, STR, Key, Schema, at_least, list_of, one_of, positive
+from ..core.errors import LeakwatchError
+from ..core.paths import CONFIG_DIR
 
 CATALOGUE_FILE = CONFIG_DIR / "vllm_leaks.yaml"
 STATUSES = ("reproduces", "fixed", "unreachable", "outside")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import requests
 
-from .. import vllm_key
-from ..errors import LeakwatchError
+from ..core import vllm_key
+from ..core.errors import LeakwatchError
 from .catalogue import TRIGGERS
 
 # Words for unique, tokenizer-friendly text (the demo's byte-level BPE and real models alike).

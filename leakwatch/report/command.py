@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
+from ..core.promapi import Prometheus
 from ..leakcheck.command import (
     add_compare_arguments,
     add_window_arguments,
@@ -18,7 +19,6 @@ from ..leakcheck.command import (
     run_compare,
 )
 from ..leakcheck.window import iso, resolve
-from ..promapi import Prometheus
 
 PERIODS = {"day": "1d", "week": "1w"}
 FIRING = 'ALERTS{alertstate="firing"}'

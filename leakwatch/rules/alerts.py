@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .. import profiles as model_profiles
-from ..durations import format_duration
+from ..core import profiles as model_profiles
+from ..core.alert_config import MIB, number
+from ..core.durations import format_duration
+from ..core.topology import DEPLOYMENT_LABEL
 from ..heal import config as healer_config
-from ..topology import DEPLOYMENT_LABEL
-from .config import MIB, number
 from .promql import by, fill, on
 from .recording import Context
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalogue import host_leak_measure
-from ..durations import format_duration, parse_duration
-from ..topology import DEPLOYMENT_LABEL
-from .config import MIB, Thresholds, number
+from ..core.alert_config import MIB, Thresholds, number
+from ..core.durations import format_duration, parse_duration
+from ..core.metric_catalogue import host_leak_measure
+from ..core.topology import DEPLOYMENT_LABEL
 from .promql import by, on, sel
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..durations import parse_duration
-from ..errors import LeakwatchError
-from ..generate import yamlfmt
-from ..settings import load as load_settings
+from ..core import alert_config, yamlfmt
+from ..core.durations import parse_duration
+from ..core.errors import LeakwatchError
+from ..core.settings import load as load_settings
 from .alerts import GROUPS
-from .config import load as load_thresholds
 from .recording import Context, recording_rules
 
 RECORDING_FILE = "leakwatch-recording.yml"
@@ -40,7 +39,7 @@ def render_rules(
     compressed x60 has no room for the fast-leak rules' 2-minute slices); the names of the alerts
     left out are appended to it, and a scale that leaves no alert at all is still refused.
     """
-    thresholds = load_thresholds(time_scale) if config is None else load_thresholds(time_scale, config)
+    thresholds = alert_config.load(time_scale) if config is None else alert_config.load(time_scale, config)
     ctx = Context(thresholds)
     docs = {
         RECORDING_FILE: {"groups": [{"name": "leakwatch.recording", "rules": recording_rules(ctx)}]},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import LeakwatchError
+from ..core.errors import LeakwatchError
 from .model import GIB, GPUCards, Host, Leak, Noise, Scenario, Traffic
 
 MB = 1_000_000

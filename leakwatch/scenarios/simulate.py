@@ -16,12 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..core.settings import load as load_settings
+from ..core.topology import compose_target
+
 # vLLM's histogram edges: one definition, the load generator's (tests check it against vLLM's /metrics).
 from ..exporter.derived import DerivedState, Sample
 from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
-from ..settings import load as load_settings
-from ..topology import compose_target
 from .model import GIB, MIB, ROLES, Scenario
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")

@@ -31,8 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch import capacity, profiles, vllm_server
-from leakwatch.errors import LeakwatchError
+from leakwatch import capacity, vllm_server
+from leakwatch.core import profiles
+from leakwatch.core.errors import LeakwatchError
 
 GIB = 1024**3
 CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)

@@ -13,15 +13,16 @@ import time
 
 import pytest
 
-from leakwatch import vllm_warmup, webauth
-from leakwatch.catalogue import HOST_LEAK_MEASURE
+from leakwatch import vllm_warmup
+from leakwatch.core import webauth
+from leakwatch.core.metric_catalogue import HOST_LEAK_MEASURE
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.topology import exporter_service, vllm_service
 from leakwatch.drill import config as drill_config
 from leakwatch.drill.compose_backend import write_override
 from leakwatch.drill.run import DrillResult, check_phase, rate_leak_phase
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
-from leakwatch.paths import REPO_ROOT
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import exporter_service, vllm_service
 from tests.support.compose_stack import ComposeStack, StackHTTP, stack_env
 from tests.support.compose_support import bare_env
 from tests.support.native_stack import assert_no_vllm_running, stack_port_env
@@ -107,7 +108,7 @@ def test_vllm_answers_completions(compose_stack):
 
 
 def test_every_prometheus_target_is_up(compose_stack):
-    from leakwatch.topology import CORE_JOBS
+    from leakwatch.core.topology import CORE_JOBS
 
     # vLLM, node exporter, our exporter, healer, Alertmanager, Prometheus itself (config/stack.yaml).
     want = set(CORE_JOBS)
@@ -169,7 +170,7 @@ except urllib.error.HTTPError as exc:
 
 
 def test_the_socket_proxy_refuses_everything_but_listing_vllm_restarting_it_and_starting_its_exporter(compose_stack):
-    from leakwatch.topology import vllm_container_list_query
+    from leakwatch.core.topology import vllm_container_list_query
 
     vllm_id = compose_stack.inspect(VLLM)["Id"]
     prom = compose_stack.container("prometheus")
@@ -270,7 +271,7 @@ def test_the_engine_applies_a_hostconfig_sent_with_a_versioned_start_and_the_pro
 def test_a_leftover_vllm_of_another_stack_does_not_confuse_the_healer(compose_stack):
     """A stopped container carrying the vLLM label under another project: the healer's lookup
     (project + running) still finds exactly one."""
-    from leakwatch.topology import vllm_container_list_query
+    from leakwatch.core.topology import vllm_container_list_query
 
     name = "leftover-vllm-of-another-stack"
     compose_stack.docker("rm", "-f", name, check=False)

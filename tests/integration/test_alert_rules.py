@@ -12,10 +12,10 @@ import yaml
 
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
-from leakwatch.catalogue import dcgm_metrics, exporter_metrics
-from leakwatch.durations import parse_duration
-from leakwatch.errors import LeakwatchError
-from leakwatch.paths import PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
+from leakwatch.core.durations import parse_duration
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.metric_catalogue import dcgm_metrics, exporter_metrics
+from leakwatch.core.paths import PROMETHEUS_DIR, REPO_ROOT, RULES_DIR
 from leakwatch.rules.render import render_rules
 
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
@@ -240,7 +240,7 @@ def test_a_time_scale_that_leaves_windows_too_short_is_refused():
 
 @pytest.mark.parametrize("time_scale, host_labels", [(0.05, []), (1.0, ["cluster", "node"])])
 def test_drill_and_multi_host_renderings_pass_promtool(tmp_path, time_scale, host_labels):
-    from leakwatch.rules.config import ALERTS_FILE
+    from leakwatch.core.alert_config import ALERTS_FILE
 
     raw = yaml.safe_load(ALERTS_FILE.read_text())
     raw["host_labels"] = host_labels

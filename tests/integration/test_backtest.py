@@ -22,9 +22,9 @@ from leakwatch.backtest.engine import (
     recording_levels,
 )
 from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
-from leakwatch.durations import parse_duration
-from leakwatch.errors import LeakwatchError
-from leakwatch.paths import PROMETHEUS_DIR, RULES_DIR
+from leakwatch.core.durations import parse_duration
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.paths import PROMETHEUS_DIR, RULES_DIR
 from tests.support.promtool_series import expand, to_openmetrics
 
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))

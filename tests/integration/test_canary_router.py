@@ -17,10 +17,10 @@ import pytest
 import requests
 
 from leakwatch.canary.router import SERVED_BY_HEADER, SIDES, RouterAdmin, Split, haproxy_config
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import ready_path
 from leakwatch.loadgen import truth
-from leakwatch.native.ports import free_port
-from leakwatch.settings import ready_path
 
 REQUESTS = 1000
 CONCURRENCY = 16

@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from leakwatch import capacity, profiles
-from leakwatch.paths import REPO_ROOT
+from leakwatch import capacity
+from leakwatch.core import profiles
+from leakwatch.core.paths import REPO_ROOT
 from tests.support.native_stack import VENV_BIN
 
 GIB = 1024**3

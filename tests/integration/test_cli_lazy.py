@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from leakwatch.cli.registry import COMMANDS
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 COMMAND_MODULES = {command.module for command in COMMANDS.values()}
 MARK = "\n== sys.modules: "

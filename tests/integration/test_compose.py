@@ -8,8 +8,8 @@ import shutil
 import pytest
 import yaml
 
-from leakwatch import profiles
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core import profiles
+from leakwatch.core.paths import REPO_ROOT
 from tests.support.compose_support import compose, policy_violations, resolved
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from leakwatch import compose_runner, local_images
+from leakwatch.core.topology import exporter_canary_service, vllm_canary_service, vllm_service
 from leakwatch.generate.compose_canary import ROUTER_SERVICE
-from leakwatch.topology import exporter_canary_service, vllm_canary_service, vllm_service
 from tests.support.compose_support import policy_violations, resolved
 
 CANARY = (compose_runner.CANARY_OVERRIDE,)

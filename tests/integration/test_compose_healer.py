@@ -7,10 +7,10 @@ import json
 import re
 import urllib.parse
 
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.topology import vllm_container_list_query
 from leakwatch.generate.compose_healer import PROJECT, PROXY_CONFIG_FILE, PROXY_HOST, PROXY_NETWORK, SECRET
 from leakwatch.generate.socket_proxy import CONFIG_PATH, exporter_container_names, vllm_container_names
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import vllm_container_list_query
 from tests.support.compose_support import resolved
 
 DOCKER_SOCKET = "/var/run/docker.sock"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from leakwatch import local_images
-from leakwatch.paths import REPO_ROOT
-from leakwatch.settings import load as load_settings
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.settings import load as load_settings
 from tests.support.compose_support import compose, resolved
 
 # Runs the Compose v2 binary on compose.yaml and compose.local.yaml.

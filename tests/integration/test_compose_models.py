@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakwatch import profiles
+from leakwatch.core import profiles
 from tests.support.compose_support import resolved
 
 

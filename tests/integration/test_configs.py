@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
+from leakwatch.core.paths import ALERTMANAGER_DIR, PROMETHEUS_DIR
+from leakwatch.core.state_layout import StateLayout
 from leakwatch.heal import token as heal_token
-from leakwatch.native.layout import StateLayout
 from leakwatch.native.runner import NativeStack
-from leakwatch.paths import ALERTMANAGER_DIR, PROMETHEUS_DIR
 
 
 def run(*cmd):

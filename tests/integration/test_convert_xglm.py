@@ -13,8 +13,8 @@ import torch
 
 from leakwatch.convert_xglm import convert, mapping
 from leakwatch.convert_xglm.output import MANIFEST
-from leakwatch.errors import LeakwatchError
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.paths import REPO_ROOT
 from tests.support.native_stack import VENV_BIN
 from tests.support.xglm_models import MAX_POSITIONS, VOCAB, random_xglm, save
 

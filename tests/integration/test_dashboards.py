@@ -11,15 +11,15 @@ import subprocess
 import pytest
 import yaml
 
-from leakwatch.catalogue import gpu_only_names, metric_names
+from leakwatch.core.durations import parse_duration
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.metric_catalogue import gpu_only_names, metric_names
+from leakwatch.core.settings import load as load_settings
 from leakwatch.dashboards import boards
 from leakwatch.dashboards.board import layout
 from leakwatch.dashboards.files import DASHBOARDS_DIR
 from leakwatch.dashboards.queries import expand
 from leakwatch.dashboards.validate import SCHEMA_VERSION, dashboard_problems, file_problems
-from leakwatch.durations import parse_duration
-from leakwatch.errors import LeakwatchError
-from leakwatch.settings import load as load_settings
 
 BOARDS = boards()
 # Metric names vLLM has removed; dashboards that still use them go blank (the anchors' mistake).
@@ -216,7 +216,7 @@ def test_cli_validate(tmp_path, capsys):
 
 
 def test_recorded_and_gpu_only_names(tmp_path):
-    from leakwatch.catalogue import recorded_names
+    from leakwatch.core.metric_catalogue import recorded_names
 
     (tmp_path / "a.yml").write_text(
         yaml.safe_dump(

@@ -10,12 +10,12 @@ import sys
 import pytest
 import yaml
 
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.settings import load as load_settings
 from leakwatch.drill import config as drill_config
 from leakwatch.drill.cgroup import MemoryCgroup
-from leakwatch.errors import LeakwatchError
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.heal.alertmanager import localize
-from leakwatch.settings import load as load_settings
 
 AM = {
     "route": {
@@ -138,13 +138,13 @@ def test_the_fast_leak_variant_exhausts_its_headroom_within_the_hour():
     """config/drill.yaml's fast_leak: its leak would use up the headroom in 20-60 production minutes
     (a fast leak, yet later than the rule's window, warm-up and `for`), and its compression leaves
     the fast rules at least four scrapes per slice."""
+    from leakwatch.core import alert_config
     from leakwatch.rules.alerts import warmup_after_ready_s
-    from leakwatch.rules.config import load as load_thresholds
 
     fast = drill_config.load().as_fast_leak()
     assert fast.control_span_s == 0
     minutes = fast.cgroup_headroom_bytes / (fast.bytes_per_request * fast.requests_per_day / 1440)
-    host = load_thresholds().section("host")
+    host = alert_config.load().section("host")
     earliest = (host.seconds("runout_window") + warmup_after_ready_s() + host.seconds("runout_for")) / 60
     assert earliest + 15 < minutes < 60, (earliest, minutes)
     slice_s = host.seconds("runout_window") / host.slices("runout_slices") / fast.time_compression
@@ -157,9 +157,9 @@ def test_the_canary_drill_gives_the_canary_enough_requests_for_its_own_check():
     standard deviations to spare), so a verdict can come within the span; the compression leaves the
     check's warm-up several scrapes long."""
     from leakwatch.canary.router import default_split
+    from leakwatch.core.settings import load as load_settings
     from leakwatch.leakcheck import config as check_config
     from leakwatch.leakcheck.compare import requests_for_a_check
-    from leakwatch.settings import load as load_settings
 
     canary = drill_config.load().as_canary()
     assert canary.control_span_s == 0

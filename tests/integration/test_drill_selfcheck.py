@@ -10,12 +10,12 @@ import time
 import psutil
 import pytest
 
+from leakwatch.core import alert_config
+from leakwatch.core.promapi import Prometheus
 from leakwatch.drill import selfcheck
 from leakwatch.drill.config import LEAK_ALERT, load
 from leakwatch.drill.load import CpuHog
 from leakwatch.drill.phases import PhaseWatcher, RecoveryPhases
-from leakwatch.promapi import Prometheus
-from leakwatch.rules import config as alert_config
 from tests.support.prom_backfill import backfilled_prometheus
 
 # Starts Prometheus, promtool or vLLM's plugin loader in other processes.

@@ -11,9 +11,9 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from leakwatch.core.paths import PROMETHEUS_DIR
 from leakwatch.dashboards.files import DASHBOARDS_DIR, DATASOURCES_FILE, PROVIDER_FILE, PROVISIONING_DIR
 from leakwatch.dashboards.provisioning import PROVISIONING_PATH
-from leakwatch.paths import PROMETHEUS_DIR
 from tests.support.compose_support import resolved
 
 # The provisioning subfolders Grafana reads, by what they hold.

@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 
-from leakwatch.catalogue import load_csv
 from leakwatch.cli import main
+from leakwatch.core.metric_catalogue import load_csv
 from leakwatch.heal.metrics import CSV
 from leakwatch.heal.token import TOKEN_ENV, ensure_file
 from tests.support.healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
@@ -300,7 +300,7 @@ def test_healer_cli_serves_until_sigterm(target, tmp_path):
     import subprocess
     import sys
 
-    from leakwatch.native.ports import free_port
+    from leakwatch.core.ports import free_port
 
     token_file = ensure_file(tmp_path / "token")
     port = free_port()

@@ -13,9 +13,9 @@ import pytest
 import requests
 import yaml
 
-from leakwatch import webauth
+from leakwatch.core import webauth
+from leakwatch.core.ports import free_port
 from leakwatch.generate.alertmanager_config import HEALER_PATH, alertmanager_config
-from leakwatch.native.ports import free_port
 from tests.support.healer_support import healer_process, supervised_standin, wait_for
 
 # Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 import yaml
 
+from leakwatch.core.paths import REPO_ROOT
 from leakwatch.heal import config as heal_config
-from leakwatch.paths import REPO_ROOT
 
 # Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
 
@@ -64,7 +64,7 @@ def test_other_alerts_never_route_to_the_healer(labels):
 
 
 def test_a_target_outside_the_jobs_is_refused(tmp_path):
-    from leakwatch.errors import LeakwatchError
+    from leakwatch.core.errors import LeakwatchError
 
     cfg = heal_config.load()
     with pytest.raises(LeakwatchError, match="JOB=INSTANCE"):

@@ -10,14 +10,13 @@ import subprocess
 import pytest
 import requests
 
-from leakwatch import profiles, webauth
-from leakwatch.generate import yamlfmt
+from leakwatch.core import profiles, webauth, yamlfmt
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.state_layout import StateLayout
+from leakwatch.core.topology import native_jobs
 from leakwatch.generate.prometheus_config import prometheus_config
-from leakwatch.native.layout import StateLayout
-from leakwatch.native.ports import free_port
 from leakwatch.native.programs import LIFECYCLE_ENV, stack_programs
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import native_jobs
 from tests.support.healer_support import wait_for
 from tests.support.native_stack import environ, short_state_dir
 

@@ -19,12 +19,12 @@ import pytest
 import requests
 
 from leakwatch.canary.router import SERVED_BY_HEADER, SIDES, RouterAdmin, Split, haproxy_config
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import load as load_settings, ready_path
+from leakwatch.core.topology import DEPLOYMENT_LABEL
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import CHART_DIR, ROUTER_LISTEN, facts
-from leakwatch.native.ports import free_port
-from leakwatch.settings import load as load_settings, ready_path
-from leakwatch.topology import DEPLOYMENT_LABEL
 from tests.support.helm_support import CRD_KINDS, validate_crd_objects
 
 KUBE_VERSIONS = ("1.25.0", "1.37.0")

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from leakwatch import profiles as model_profiles
-from leakwatch.errors import LeakwatchError
+from leakwatch.core import profiles as model_profiles
+from leakwatch.core.errors import LeakwatchError
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_budget_s
 from tests.support.helm_support import CRD_KINDS, validate_crd_objects
@@ -365,8 +365,8 @@ def test_values_yaml_documents_every_line():
 
 def test_thresholds_in_values_through_the_generator(tmp_path):
     """A user's thresholds file becomes a values file whose groups the chart renders."""
+    from leakwatch.core.alert_config import ALERTS_FILE
     from leakwatch.helm import rules as helm_rules
-    from leakwatch.rules.config import ALERTS_FILE
 
     raw = yaml.safe_load(ALERTS_FILE.read_text())
     raw["host"]["usage_warning_share"] = 0.8
@@ -389,7 +389,7 @@ def _targets(panels: list[dict]):
 
 def _selectors(expr: str) -> list[tuple[str, str]]:
     """(metric, matchers) of every series selector in a query."""
-    from leakwatch.catalogue import rewrite_selectors
+    from leakwatch.core.metric_catalogue import rewrite_selectors
 
     found: list[tuple[str, str]] = []
     rewrite_selectors(expr, lambda name, body, ranged: found.append((name, body)) or name)

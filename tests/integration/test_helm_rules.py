@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leakwatch.durations import parse_duration
+from leakwatch.core import alert_config
+from leakwatch.core.alert_config import ALERTS_FILE
+from leakwatch.core.durations import parse_duration
+from leakwatch.core.paths import PROMETHEUS_DIR
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import kubernetes_thresholds, rule_groups
-from leakwatch.paths import PROMETHEUS_DIR
-from leakwatch.rules.config import ALERTS_FILE, load as load_thresholds
 from leakwatch.rules.render import render_rules
 
 # Runs the Helm engine's renders, promtool, Prometheus or node (the CRD schemas).
@@ -63,7 +64,7 @@ def _unscoped(rule: dict, release: str = RELEASE) -> dict:
 
 def _to_compose_vocabulary(expr: str) -> str:
     """The chart's expression with its selectors and host labels turned back into compose's."""
-    compose = load_thresholds()
+    compose = alert_config.load()
     for exporter, selector in identity.rule_selectors(compose.raw["selectors"]).items():
         if selector != compose.selector(exporter):
             expr = expr.replace(selector, compose.selector(exporter))

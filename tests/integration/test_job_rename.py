@@ -12,7 +12,7 @@ import sys
 
 import yaml
 
-from leakwatch.rules.config import ALERTS_FILE
+from leakwatch.core.alert_config import ALERTS_FILE
 
 PROBE = """
 import json, sys

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from leakwatch.catalogue import exporter_metrics, metric_names
 from leakwatch.cli import main
+from leakwatch.core.metric_catalogue import exporter_metrics, metric_names
 from leakwatch.leakcheck import config as check_config
 from leakwatch.leakcheck.analysis import analyse
 from leakwatch.leakcheck.collect import all_queries

@@ -9,9 +9,9 @@ import os
 import pytest
 import yaml
 
-from leakwatch import model_text, profiles
-from leakwatch.errors import LeakwatchError
-from leakwatch.settings import load as load_settings
+from leakwatch.core import model_text, profiles
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.settings import load as load_settings
 from tests.support.native_stack import short_state_dir, stack_port_env
 
 from .test_stack_errors import leakwatch

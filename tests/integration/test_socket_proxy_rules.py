@@ -19,11 +19,11 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.topology import docker_restart_wait_s, vllm_container_list_query
 from leakwatch.generate.compose_healer import PROJECT
 from leakwatch.generate.socket_proxy import exporter_container_names, haproxy_config, vllm_container_names
-from leakwatch.native.ports import free_port
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import docker_restart_wait_s, vllm_container_list_query
 
 SETTINGS = load_settings()
 VLLM = vllm_container_names(PROJECT)[0]

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from leakwatch import profiles
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core import profiles
+from leakwatch.core.paths import REPO_ROOT
 from tests.support.native_stack import VENV_BIN, short_state_dir, stack_port_env
 
 

@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 CONFTEST = """
 import os

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakwatch import profiles
-from leakwatch.errors import LeakwatchError
+from leakwatch.core import profiles
+from leakwatch.core.errors import LeakwatchError
 
 
 @pytest.fixture(scope="module")

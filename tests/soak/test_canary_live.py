@@ -15,8 +15,8 @@ import requests
 
 from leakwatch.canary.router import SERVED_BY_HEADER, RouterAdmin
 from leakwatch.cli import main
-from leakwatch.paths import RULES_DIR
-from leakwatch.topology import DEPLOYMENTS
+from leakwatch.core.paths import RULES_DIR
+from leakwatch.core.topology import DEPLOYMENTS
 from tests.support.native_stack import running_native_stack
 from tests.support.vllm_metrics import requests_finished
 

@@ -12,8 +12,8 @@ import pytest
 import requests
 import torch
 
-from leakwatch import model_text, profiles
 from leakwatch.convert_xglm import convert
+from leakwatch.core import model_text, profiles
 from leakwatch.demo_model import build_tokenizer
 from leakwatch.vllm_server import running
 from tests.support.locust_run import run_locust

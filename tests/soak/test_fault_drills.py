@@ -14,9 +14,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
-from leakwatch import webauth
+from leakwatch.core import webauth
+from leakwatch.core.promapi import Prometheus
 from leakwatch.native.runner import NativeStack
-from leakwatch.promapi import Prometheus
 from tests.support.fault_drills import (
     WebhookRecorder,
     am_alert_names,

@@ -14,8 +14,8 @@ import pytest
 import requests
 from scipy import stats
 
+from leakwatch.core.ports import free_port
 from leakwatch.loadgen import server_metrics
-from leakwatch.native.ports import free_port
 from tests.support.locust_run import finish, run_locust
 
 

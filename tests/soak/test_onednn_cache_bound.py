@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from leakwatch import profiles
+from leakwatch.core import profiles
 
 pytestmark = [pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """The optional vLLM API key, on a real vLLM (CPU) started the way the native runner starts it with a
-key: `python -m leakwatch.vllm_key FILE -- ...`. /v1 asks for the key; /health and /metrics (the
+key: `python -m leakwatch.core.vllm_key FILE -- ...`. /v1 asks for the key; /health and /metrics (the
 exporter's and Prometheus's) stay open; the key is on no command line."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import psutil
 import pytest
 import requests
 
-from leakwatch import demo_model, profiles as model_profiles
-from leakwatch.native.ports import free_port
+from leakwatch import demo_model
+from leakwatch.core import profiles as model_profiles
+from leakwatch.core.ports import free_port
 from tests.support.native_stack import assert_no_vllm_running
 
 pytestmark = [pytest.mark.slow]
@@ -36,7 +37,7 @@ def test_vllm_with_a_key_file_guards_v1_and_leaves_health_and_metrics_open(tmp_p
         [
             sys.executable,
             "-m",
-            "leakwatch.vllm_key",
+            "leakwatch.core.vllm_key",
             str(key_file),
             "--",
             *model_profiles.vllm_engine_args(profile, str(model)),

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from leakwatch.catalogue import PROMETHEUS_SYNTHETIC, exporter_metrics, metric_names, recorded_names
+from leakwatch.core.metric_catalogue import PROMETHEUS_SYNTHETIC, exporter_metrics, metric_names, recorded_names
+from leakwatch.core.promapi import PrometheusError
 from leakwatch.dashboards import boards
 from leakwatch.dashboards.live import (
     default_range_s,
@@ -23,7 +24,6 @@ from leakwatch.dashboards.live import (
     variable_values,
 )
 from leakwatch.dashboards.loadtest import loadgen_series
-from leakwatch.promapi import PrometheusError
 
 BOARDS = boards()
 CPU_PANELS = [(b, p) for b in BOARDS for p in b.panels() if not p.gpu]

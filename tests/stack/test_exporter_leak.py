@@ -24,9 +24,9 @@ import pytest
 import requests
 
 from leakwatch import vllm_warmup
-from leakwatch.catalogue import exporter_metrics
+from leakwatch.core.metric_catalogue import exporter_metrics
+from leakwatch.core.ports import free_port
 from leakwatch.drill import leak_middleware
-from leakwatch.native.ports import free_port
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
 from tests.support.native_stack import SHARED_LEAK_BYTES

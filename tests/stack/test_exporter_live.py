@@ -11,7 +11,7 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from leakwatch import vllm_warmup
-from leakwatch.catalogue import exporter_metrics
+from leakwatch.core.metric_catalogue import exporter_metrics
 from leakwatch.exporter.collector import ExporterConfig, VllmMemoryCollector
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped

@@ -8,8 +8,9 @@ import sys
 
 import requests
 
-from leakwatch import capacity, profiles
-from leakwatch.paths import REPO_ROOT
+from leakwatch import capacity
+from leakwatch.core import profiles
+from leakwatch.core.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu" / "check_kv_capacity.py"
 

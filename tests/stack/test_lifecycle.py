@@ -16,9 +16,9 @@ import psutil
 import pytest
 import requests
 
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.promapi import Prometheus
 from leakwatch.native.runner import NativeStack
-from leakwatch.paths import REPO_ROOT
-from leakwatch.promapi import Prometheus
 from tests.support.native_stack import RunningStack, environ
 
 pytestmark = [pytest.mark.slow]
@@ -55,7 +55,7 @@ def test_prometheus_sees_traffic_and_every_target(native_stack):
         )
         assert resp.status_code == 200, resp.text
         assert resp.json()["usage"]["completion_tokens"] == 16
-    with environ(native_stack.env):  # finds this stack's Prometheus credentials (leakwatch/webauth.py)
+    with environ(native_stack.env):  # finds this stack's Prometheus credentials (leakwatch/core/webauth.py)
         prom = Prometheus(native_stack.url("prometheus"))
     prom.wait_for(f'sum(vllm:request_success_total{{model_name="{native_stack.model}"}}) >= 5', timeout=90)
     assert prom.query("node_memory_MemAvailable_bytes"), "node exporter memory has no samples"

@@ -10,11 +10,11 @@ import time
 import pytest
 import requests
 
-from leakwatch import webauth
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
-from leakwatch.catalogue import exporter_metrics, metric_names
-from leakwatch.paths import RULES_DIR
+from leakwatch.core import webauth
+from leakwatch.core.metric_catalogue import exporter_metrics, metric_names
+from leakwatch.core.paths import RULES_DIR
 
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 # Alerts that fire on a healthy idle stack by design.

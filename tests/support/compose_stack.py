@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import requests
 
-from leakwatch import webauth
+from leakwatch.core import webauth
+from leakwatch.core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT
+from leakwatch.core.settings import load as load_settings
 from leakwatch.generate.compose_healer import PROJECT
-from leakwatch.paths import COMPOSE_SECRETS_DIR, REPO_ROOT
-from leakwatch.settings import load as load_settings
 from tests.support.docker_engine import Engine
 
 COMPOSE_PASSWORD_FILE = COMPOSE_SECRETS_DIR / webauth.PASSWORD_FILE

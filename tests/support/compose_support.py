@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 
 def compose_binary() -> str:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 STATE = REPO_ROOT / ".stack" / "docker"
 DATA_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakwatch" / "docker-data"

@@ -19,15 +19,15 @@ import psutil
 import requests
 import yaml
 
+from leakwatch.core.alert_config import ALERTS_FILE
+from leakwatch.core.promapi import Prometheus
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.topology import VLLM_PROGRAM
 from leakwatch.drill.config import with_scrape_interval
 from leakwatch.exporter.derived import WARMUP_REQUESTS
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.native.runner import NativeStack
-from leakwatch.promapi import Prometheus
-from leakwatch.rules.config import ALERTS_FILE
 from leakwatch.rules.render import write_rule_copy
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import VLLM_PROGRAM
 
 from . import vllm_tree
 from .healer_support import wait_for

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import requests
 
+from leakwatch.core.ports import free_port
+from leakwatch.core.state_layout import StateLayout
 from leakwatch.heal import config as heal_config
 from leakwatch.heal.metrics import HealerMetrics
 from leakwatch.heal.policy import Policy
@@ -25,8 +27,6 @@ from leakwatch.heal.server import Healer
 from leakwatch.heal.vllm_probe import VllmProbe
 from leakwatch.heal.webserver import HealerServer
 from leakwatch.native import supervisor
-from leakwatch.native.layout import StateLayout
-from leakwatch.native.ports import free_port
 from leakwatch.native.programs import Program
 from tests.support.native_stack import short_state_dir
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 CRD_MODELS_PACKAGE = "@kubernetes-models/prometheus-operator"
 CRD_MODELS_VERSION = "6.0.0"

@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.ports import free_port
 from leakwatch.loadgen.reports import read_request_log
-from leakwatch.native.ports import free_port
-from leakwatch.paths import REPO_ROOT
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOADTEST = REPO_ROOT / "loadtest"

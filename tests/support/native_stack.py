@@ -24,12 +24,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from leakwatch.core.ports import free_port
+from leakwatch.core.promapi import Prometheus
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.state_layout import StateLayout
 from leakwatch.drill import leak_middleware
-from leakwatch.native.layout import StateLayout
-from leakwatch.native.ports import free_port
 from leakwatch.native.runner import NativeStack
-from leakwatch.promapi import Prometheus
-from leakwatch.settings import load as load_settings
 from tests.support import vllm_tree
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import requests
 
-from leakwatch.native.ports import free_port
+from leakwatch.core.ports import free_port
 from leakwatch.native.programs import binary
 
 

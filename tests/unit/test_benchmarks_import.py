@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 
 SCRIPTS = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
 

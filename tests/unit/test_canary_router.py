@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from leakwatch.canary.router import RouterAdmin, Split, haproxy_config
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.errors import LeakwatchError
 
 SIDES = {"stable": "http://127.0.0.1:8001", "canary": "http://127.0.0.1:8002"}
 

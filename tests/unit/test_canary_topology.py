@@ -9,16 +9,17 @@ import argparse
 import pytest
 import yaml
 
-from leakwatch import profiles, stack as stack_command
+from leakwatch import stack as stack_command
 from leakwatch.canary.router import SIDES, Split, default_split
+from leakwatch.core import profiles
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.state_layout import StateLayout
+from leakwatch.core.topology import CANARY_SERVICES, DEPLOYMENT_LABEL, DEPLOYMENTS, native_jobs
 from leakwatch.generate.prometheus_config import prometheus_config
 from leakwatch.heal import config as heal_config
 from leakwatch.leakcheck import config as check_config
-from leakwatch.native.layout import StateLayout
 from leakwatch.native.programs import stack_programs
 from leakwatch.native.runner import NativeStack
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import CANARY_SERVICES, DEPLOYMENT_LABEL, DEPLOYMENTS, native_jobs
 
 PORTS = {
     "VLLM_PORT": "18000",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakwatch.catalogue import dcgm_metrics, exposed_names, metric_names, with_matcher
+from leakwatch.core.metric_catalogue import dcgm_metrics, exposed_names, metric_names, with_matcher
 from leakwatch.leakcheck.collect import all_queries
 
 

@@ -12,16 +12,13 @@ import re
 import pytest
 import yaml
 
-from leakwatch import compose_runner, profiles, stack as stack_command
+from leakwatch import compose_runner, stack as stack_command
 from leakwatch.canary.router import Split, default_split
-from leakwatch.errors import LeakwatchError
-from leakwatch.generate import compose_canary
-from leakwatch.generate.compose_healer import PROJECT
-from leakwatch.generate.socket_proxy import vllm_container_names
-from leakwatch.heal import config as heal_config
-from leakwatch.paths import PROMETHEUS_DIR, REPO_ROOT
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import (
+from leakwatch.core import profiles
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.paths import PROMETHEUS_DIR, REPO_ROOT
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.topology import (
     COMPOSE_HOSTS,
     DEPLOYMENT_LABEL,
     compose_container,
@@ -30,6 +27,10 @@ from leakwatch.topology import (
     vllm_canary_service,
     vllm_service,
 )
+from leakwatch.generate import compose_canary
+from leakwatch.generate.compose_healer import PROJECT
+from leakwatch.generate.socket_proxy import vllm_container_names
+from leakwatch.heal import config as heal_config
 
 CANARY_SERVICES = {vllm_canary_service("demo"), exporter_canary_service("demo"), compose_canary.ROUTER_SERVICE}
 

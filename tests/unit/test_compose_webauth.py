@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import yaml
 
+from leakwatch.core.paths import REPO_ROOT
 from leakwatch.generate import compose_webauth
-from leakwatch.paths import REPO_ROOT
 
 
 def load(path: str) -> dict:
@@ -52,8 +52,8 @@ def test_grafana_data_sources_log_in_with_the_secret():
 def test_our_tools_find_the_compose_password_when_no_native_stack_has_one(tmp_path, monkeypatch):
     """`leakwatch check` against compose's Prometheus on the default port logs in with
     ./secrets/web-password; a native stack's own password, when there is one, comes first."""
-    from leakwatch import paths, webauth
-    from leakwatch.settings import load as load_settings
+    from leakwatch.core import paths, webauth
+    from leakwatch.core.settings import load as load_settings
 
     compose_secrets = tmp_path / "compose-secrets"
     webauth.ensure(compose_secrets, mode=0o644)

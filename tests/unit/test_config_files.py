@@ -1,4 +1,4 @@
-"""Every config file read through leakwatch.config_schema: the committed file loads, and a misspelt
+"""Every config file read through leakwatch.core.config_schema: the committed file loads, and a misspelt
 key, a missing one, a wrong type, an impossible value, broken YAML or a missing file is an error that
 names the file and the key (nothing starts half-configured)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from leakwatch import settings
+from leakwatch.core import settings
+from leakwatch.core.errors import LeakwatchError
 from leakwatch.drill import config as drill_config
-from leakwatch.errors import LeakwatchError
 from leakwatch.heal import config as heal_config
 from leakwatch.leakcheck import config as check_config
 

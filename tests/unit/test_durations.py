@@ -1,11 +1,11 @@
-"""leakwatch/durations.py: the one duration grammar of config files, flags and queries."""
+"""leakwatch/core/durations.py: the one duration grammar of config files, flags and queries."""
 
 from __future__ import annotations
 
 import pytest
 
-from leakwatch.durations import DurationError, format_duration, parse_duration
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.durations import DurationError, format_duration, parse_duration
+from leakwatch.core.errors import LeakwatchError
 
 
 @pytest.mark.parametrize(

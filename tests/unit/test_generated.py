@@ -2,8 +2,8 @@
 
 import json
 
+from leakwatch.core.paths import REPO_ROOT
 from leakwatch.generate.outputs import PARTLY_GENERATED, outputs, stale_files
-from leakwatch.paths import REPO_ROOT
 
 
 def test_generated_files_are_fresh():

@@ -14,11 +14,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.topology import vllm_container_list_query
 from leakwatch.generate.socket_proxy import exporter_container_names, vllm_container_names
 from leakwatch.heal.exporter_keeper import ExporterKeeper
 from leakwatch.heal.restarters import DockerRestarter, RestartError
-from leakwatch.topology import vllm_container_list_query
 
 PROJECT = "leakwatch"
 ALLOWED_POST = re.compile(r"^/containers/(" + "|".join(map(re.escape, vllm_container_names(PROJECT))) + r")/restart$")

@@ -10,7 +10,7 @@ import pytest
 
 from leakwatch.backtest.command import REFERENCE_RULES
 from leakwatch.backtest.engine import load_rules
-from leakwatch.catalogue import (
+from leakwatch.core.metric_catalogue import (
     METRICS_DIR,
     load_csv,
     metric_names,
@@ -19,11 +19,11 @@ from leakwatch.catalogue import (
     static_catalogue,
     vllm_metrics,
 )
+from leakwatch.core.paths import RULES_DIR
 from leakwatch.dashboards import boards
 from leakwatch.leakcheck.breakdown import QUERIES as BREAKDOWN_QUERIES
 from leakwatch.leakcheck.collect import all_queries
 from leakwatch.metrics_record import SOURCES, drift, families, recorded_version, render
-from leakwatch.paths import RULES_DIR
 
 CATALOGUE = static_catalogue()
 

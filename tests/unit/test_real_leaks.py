@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from leakwatch.core.errors import LeakwatchError
 from leakwatch.drill.real_leaks import MIN_BYTES_PER_TRIGGER, TriggerRun, judge, summary_line
-from leakwatch.errors import LeakwatchError
 from leakwatch.realleaks import catalogue, runbook, triggers
 
 MIB = 1024 * 1024

@@ -7,7 +7,7 @@ import atexit
 import logging
 from pathlib import Path
 
-from ...settings import load as load_settings
+from ...core.settings import load as load_settings
 from .. import discovery
 from ..metrics import RunState, registry
 

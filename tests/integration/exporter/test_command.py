@@ -13,9 +13,9 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from leakwatch.cli import main
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.ports import free_port
 from leakwatch.exporter.server import HEALTH_PATH, serve
-from leakwatch.native.ports import free_port
-from leakwatch.paths import REPO_ROOT
 from tests.support.exporter_scrape import VllmEndpoint
 
 
@@ -124,7 +124,7 @@ def test_the_image_contents_are_enough_to_run_the_exporter(tmp_path):
                 time.sleep(0.2)
         assert "leakwatch_vllm_up 1.0" in body and "leakwatch_vllm_metrics_series 430.0" in body
         probe = subprocess.run(
-            [sys.executable, "-c", "import leakwatch.paths as p; print(p.REPO_ROOT)"],
+            [sys.executable, "-c", "import leakwatch.core.paths as p; print(p.REPO_ROOT)"],
             env=env,
             cwd=tmp_path,
             capture_output=True,

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from leakwatch.native.ports import free_port
-from leakwatch.promapi import Prometheus
+from leakwatch.core.ports import free_port
+from leakwatch.core.promapi import Prometheus
 from tests.support.prom_backfill import running_prometheus
 
 SCRAPE_INTERVAL_S = 2

@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from leakwatch import profiles
+from leakwatch.core import profiles
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.settings import load as load_settings
+from leakwatch.core.state_layout import StateLayout
+from leakwatch.core.topology import compose_jobs, native_jobs
 from leakwatch.exporter.server import HEALTH_PATH
-from leakwatch.native.layout import StateLayout
 from leakwatch.native.programs import stack_programs
-from leakwatch.paths import REPO_ROOT
-from leakwatch.settings import load as load_settings
-from leakwatch.topology import compose_jobs, native_jobs
 from tests.support.compose_support import resolved
 
 

@@ -11,7 +11,7 @@ import time
 
 import requests
 
-from leakwatch.native.ports import free_port
+from leakwatch.core.ports import free_port
 from tests.support.loadgen_fakes import FakeServer, Stall, Status, Stream, good_stream
 from tests.support.locust_run import LOADTEST, LOCUST, run_locust
 
@@ -254,8 +254,8 @@ def test_a_graceful_stop_between_requests_cuts_no_stream():
 
 
 def test_every_option_the_readme_shows_exists():
+    from leakwatch.core.paths import REPO_ROOT
     from leakwatch.loadgen.options import OPTIONS
-    from leakwatch.paths import REPO_ROOT
 
     readme = (REPO_ROOT / "README.md").read_text()
     section = readme.split("## Load testing", 1)[1].split("\n## ", 1)[0]

@@ -10,13 +10,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from leakwatch.catalogue import exposed_names, loadgen_metrics, sample_names
+from leakwatch.core.metric_catalogue import exposed_names, loadgen_metrics, sample_names
+from leakwatch.core.paths import PROMETHEUS_DIR
+from leakwatch.core.state_layout import StateLayout
 from leakwatch.loadgen import discovery, metrics
 from leakwatch.loadgen.outcomes import StreamResult
 from leakwatch.loadgen.stats import RunStats
-from leakwatch.native.layout import StateLayout
 from leakwatch.native.runner import NativeStack
-from leakwatch.paths import PROMETHEUS_DIR
 
 
 def scrape(stats: RunStats) -> str:

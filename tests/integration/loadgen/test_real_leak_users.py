@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from leakwatch.paths import REPO_ROOT
+from leakwatch.core.paths import REPO_ROOT
 from leakwatch.realleaks import catalogue
 
 LOCUST = [sys.executable, "-m", "locust"]

@@ -11,11 +11,11 @@ import statistics
 import pytest
 import requests
 
+from leakwatch.core.ports import free_port
 from leakwatch.loadgen import truth
 from leakwatch.loadgen.client import StreamingClient, request_body
 from leakwatch.loadgen.options import LoadgenOptions, OptionError
 from leakwatch.loadgen.reference_server import Script
-from leakwatch.native.ports import free_port
 from tests.support.loadgen_options import parsed
 from tests.support.locust_run import run_locust
 

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from leakwatch.capacity import weights_bytes
+from leakwatch.core.profiles import load
 from leakwatch.exporter.breakdown import breakdowns, expected_parts, kv_pool_bytes, model_holders
 from leakwatch.exporter.vllm_scrape import parse_metrics
-from leakwatch.profiles import load
 from tests.support.exporter_scrape import VLLM_METRICS
 
 GIB = 1 << 30

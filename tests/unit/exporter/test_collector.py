@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from leakwatch.catalogue import exporter_metrics
-from leakwatch.errors import LeakwatchError
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.metric_catalogue import exporter_metrics
+from leakwatch.core.profiles import load as load_profile
 from leakwatch.exporter.collector import COLLECTORS, FAMILIES, ExporterConfig, VllmMemoryCollector, scrape_timeout
 from leakwatch.exporter.gpu import import_pynvml
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.exporter.schema import Schema
-from leakwatch.profiles import load as load_profile
 from tests.support.exporter_scrape import (
     KIB,
     VLLM_PORT,

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
+from leakwatch.core.ports import free_port
 from leakwatch.loadgen.client import StreamingClient, request_body
-from leakwatch.native.ports import free_port
 from tests.support.loadgen_fakes import (
     Behaviour,
     FakeServer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import state_dir
+from .paths import state_dir
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ class Prometheus:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
-        # Our stacks' Prometheus asks for basic auth (leakwatch/webauth.py); found, not configured.
+        # Our stacks' Prometheus asks for basic auth (leakwatch/core/webauth.py); found, not configured.
         self.session.auth = auth or webauth.auth_for(self.base_url)
 
     def _get(self, path: str, **params):

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import config_schema
-from ..durations import format_duration, parse_duration
-from ..errors import LeakwatchError
-from ..paths import CONFIG_DIR
+from . import config_schema
+from .durations import format_duration, parse_duration
+from .errors import LeakwatchError
+from .paths import CONFIG_DIR
 
 ALERTS_FILE = CONFIG_DIR / "alerts.yaml"
 MIB = 1048576

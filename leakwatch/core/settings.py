@@ -147,7 +147,7 @@ def load(path: Path = STACK_FILE) -> StackSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m leakwatch.settings vllm-version` prints single facts for shell scripts."""
+    """`python -m leakwatch.core.settings vllm-version` prints single facts for shell scripts."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["vllm-version"]:
         print(settings.vllm_version)
         return 0
-    print("usage: python -m leakwatch.settings vllm-version", file=sys.stderr)
+    print("usage: python -m leakwatch.core.settings vllm-version", file=sys.stderr)
     return 2
 
 

@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from ..errors import LeakwatchError
+from .errors import LeakwatchError
 
 
 def owner_of(port: int) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "config"
 PROFILES_DIR = REPO_ROOT / "serving" / "profiles"
 PROMETHEUS_DIR = REPO_ROOT / "prometheus"

@@ -4,7 +4,7 @@ authenticate.py), the key read from a secret file.
 
 Opt in natively by putting a key in the stack's secrets folder (`.stack/secrets/vllm-api-key`), or by
 naming a file with $VLLM_API_KEY_FILE before `make up`. vLLM gets it through $VLLM_API_KEY set by
-`python -m leakwatch.vllm_key FILE -- <vLLM arguments>` (never on a command line, where `ps` shows
+`python -m leakwatch.core.vllm_key FILE -- <vLLM arguments>` (never on a command line, where `ps` shows
 it). Our clients (load generator, drill, benches) find it the same way.
 """
 
@@ -43,8 +43,8 @@ def stack_key_file(secrets_dir: Path) -> Path | None:
 
 def key_for(url: str | None) -> str | None:
     """The key to send to the vLLM at url: $VLLM_API_KEY_FILE's, or this native stack's own when url is its vLLM."""
-    from .native.layout import StateLayout
     from .settings import load as load_settings
+    from .state_layout import StateLayout
 
     explicit = os.environ.get(KEY_FILE_ENV, "").strip()
     if explicit:
@@ -68,10 +68,10 @@ def headers_for(url: str | None) -> dict[str, str]:
 
 
 def launch(argv: list[str]) -> None:
-    """`python -m leakwatch.vllm_key KEY_FILE -- VLLM_ARGS...`: vLLM's API server with the key in its
+    """`python -m leakwatch.core.vllm_key KEY_FILE -- VLLM_ARGS...`: vLLM's API server with the key in its
     environment; exec keeps the PID, so supervisord and the exporter see vLLM itself."""
     if len(argv) < 2 or argv[1] != "--":
-        raise SystemExit("usage: python -m leakwatch.vllm_key KEY_FILE -- VLLM_ARGS...")
+        raise SystemExit("usage: python -m leakwatch.core.vllm_key KEY_FILE -- VLLM_ARGS...")
     try:
         key = read(Path(argv[0]))
     except LeakwatchError as exc:
