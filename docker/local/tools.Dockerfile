@@ -1,5 +1,5 @@
 # Local image set, layer 1: every Debian package the look-alike images need, in one apt run (one
-# download, one layer shared by all of them). FROM the debootstrap base (leakwatch/local_images.py).
+# download, one layer shared by all of them). FROM the debootstrap base (leakwatch/stack/local_images.py).
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 # The machine's CA bundle: PyPI through this machine's TLS setup (pip reads PIP_CERT).

@@ -23,7 +23,7 @@ from ..core.shutdown import unwind_on_sigterm
 from ..leakcheck.window import parse_instant
 from ..scenarios import library
 from . import report, sources
-from .engine import Backtest
+from .rule_evaluator import Backtest
 
 REFERENCE_RULES = PROMETHEUS_DIR / "reference" / "articles.yml"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .engine import BacktestResult
+from .rule_evaluator import BacktestResult
 
 
 def utc(ts: float) -> str:

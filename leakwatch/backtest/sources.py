@@ -12,8 +12,8 @@ from ..core.metric_catalogue import metric_names
 from ..core.promapi import Prometheus
 from ..scenarios.model import Scenario
 from ..scenarios.simulate import SimulationResult, simulate
-from .engine import load_rules
 from .openmetrics import BlockFiles, format_series, split_file
+from .rule_evaluator import load_rules
 
 # How far one instant query reaches back when pulling raw samples from a Prometheus.
 EXPORT_CHUNK_S = 7200

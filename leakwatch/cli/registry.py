@@ -20,9 +20,9 @@ class Command(NamedTuple):
 
 # In the order `leakwatch --help` lists them.
 COMMANDS: dict[str, Command] = {
-    "stack": Command("leakwatch.stack", "start, stop and inspect the serving + observability stack"),
+    "stack": Command("leakwatch.stack.command", "start, stop and inspect the serving + observability stack"),
     "generate": Command("leakwatch.generate.command", "write (or --check) the files generated from config/"),
-    "demo-model": Command("leakwatch.demo_model", "build the offline demo model"),
+    "demo-model": Command("leakwatch.demo_model.command", "build the offline demo model"),
     "check": Command(
         "leakwatch.leakcheck.command",
         "leak verdict for a window: bytes per request, growth per hour, exit code",
@@ -36,7 +36,7 @@ COMMANDS: dict[str, Command] = {
         "leakwatch.heal.command", "Alertmanager webhook receiver that drains and restarts vLLM on leak alerts"
     ),
     "plan": Command(
-        "leakwatch.capacity_command", "capacity of a model profile: weights, KV cache, concurrent sequences"
+        "leakwatch.capacity.command", "capacity of a model profile: weights, KV cache, concurrent sequences"
     ),
     "convert-xglm": Command("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
     "exporter": Command(
@@ -56,7 +56,7 @@ COMMANDS: dict[str, Command] = {
         "HAProxy config for a stable + canary vLLM, and the split of a running router",
     ),
     "metrics-record": Command(
-        "leakwatch.metrics_record",
+        "leakwatch.metrics_record.command",
         "record (or --check) config/metrics/ for vLLM and node exporter from the real servers",
     ),
 }

@@ -45,7 +45,7 @@ class StackSettings:
     default_bind_address: str
     prometheus: dict
     services: dict[str, Service]
-    local_images: dict  # the look-alike image set for machines that cannot pull (leakwatch/local_images.py)
+    local_images: dict  # the look-alike image set for machines that cannot pull (leakwatch/stack/local_images.py)
 
     @property
     def bind_address(self) -> str:

@@ -137,7 +137,7 @@ def vllm_container_list_query(project: str, label: str = VLLM_CONTAINER_LABEL) -
 
 
 # A running load test (`locust -f loadtest/`) writes loadgen-*.json into a targets folder and removes
-# it when it quits (leakwatch.loadgen.discovery): compose reads ./prometheus/targets.
+# it when it quits (leakwatch.loadgen.file_sd): compose reads ./prometheus/targets.
 LOADGEN_JOB = "loadgen"
 LOADGEN_FILES = "loadgen-*.json"
 COMPOSE_TARGETS_DIR = "/etc/prometheus/targets"

@@ -28,9 +28,9 @@ from ..core.topology import DEPLOYMENT_LABEL, DEPLOYMENTS
 from ..leakcheck import compare
 from ..leakcheck.command import run_compare
 from . import leak_middleware
-from .config import LEAK_ALERT, DrillConfig
+from .drill_settings import LEAK_ALERT, DrillConfig
 from .load import CpuHog, load_average
-from .run import MIDDLEWARE, Drill, check_arguments
+from .orchestrator import MIDDLEWARE, Drill, check_arguments
 
 # What `check --compare stable canary` must say when this side leaks.
 EXPECTED = {"stable": compare.LESS, "canary": compare.MORE}

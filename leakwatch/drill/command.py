@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import config as drill_config
+from . import drill_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
-        default=str(drill_config.CONFIG_FILE),
+        default=str(drill_settings.CONFIG_FILE),
         metavar="FILE",
         help="drill settings (default config/drill.yaml)",
     )
@@ -67,13 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import LeakwatchError
     from ..core.shutdown import unwind_on_sigterm
-    from .run import Drill
+    from .orchestrator import Drill
 
     unwind_on_sigterm()  # the drill's private stack is stopped on the way out
 
     if args.cpu_hogs < 0:
         raise LeakwatchError(f"--cpu-hogs must be 0 or more, not {args.cpu_hogs}")
-    cfg = drill_config.load(args.config)
+    cfg = drill_settings.load(args.config)
     if sum(bool(x) for x in (args.canary, args.fast_leak, args.scenario)) > 1:
         raise LeakwatchError("--canary, --fast-leak and --scenario are separate drills; run them one at a time")
     if args.scenario:
@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
+def run_canary(args: argparse.Namespace, cfg: drill_settings.DrillConfig) -> int:
     from .canary import CanaryDrill, summary_line
-    from .config import LEAK_ALERT
+    from .drill_settings import LEAK_ALERT
 
     sides = ("stable", "canary") if args.leaking_side == "both" else (args.leaking_side,)
     results = []
@@ -151,7 +151,7 @@ def run_canary(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
     return 0 if passed else 1
 
 
-def run_real_leaks(args: argparse.Namespace, cfg: drill_config.DrillConfig) -> int:
+def run_real_leaks(args: argparse.Namespace, cfg: drill_settings.DrillConfig) -> int:
     """vLLM's own leaks on the real server (leakwatch.drill.real_leaks): one case, or all of them."""
     import dataclasses
 

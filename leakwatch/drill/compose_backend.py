@@ -1,5 +1,5 @@
 """The drill's compose backend: the same injection and time compression as the native drill
-(leakwatch/drill/run.py), as a compose override on top of compose.yaml (+ compose.local.yaml).
+(leakwatch/drill/orchestrator.py), as a compose override on top of compose.yaml (+ compose.local.yaml).
 
 The override, written into a private folder, changes only what a drill changes natively:
 - vLLM gets the leak middleware (the repository mounted read-only on its PYTHONPATH) and its settings;
@@ -19,7 +19,7 @@ from ..core.settings import load as load_settings
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..generate.compose import SOURCE_DIR, compose_document, compose_prometheus_config
 from . import leak_middleware
-from .config import scaled_alertmanager, with_scrape_interval, write_rules
+from .drill_settings import scaled_alertmanager, with_scrape_interval, write_rules
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
 HEADER = "Drill override for compose (leakwatch/drill/compose_backend.py), written at run time - do not commit."

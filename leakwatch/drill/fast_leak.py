@@ -18,7 +18,7 @@ import time
 from ..core import alert_config
 from ..rules.alerts import warmup_after_ready_s
 from .load import CpuHog, load_average
-from .run import Drill, DrillResult, pss_total
+from .orchestrator import Drill, DrillResult, pss_total
 
 FAST_LEAK_ALERT = "HostMemoryRunningOut"
 

@@ -29,9 +29,9 @@ import requests
 from ..leakcheck.analysis import LEAK, NO_LEAK
 from ..realleaks import forecast, triggers
 from ..realleaks.catalogue import Case, Catalogue
-from .config import DrillConfig
+from .drill_settings import DrillConfig
 from .load import CpuHog
-from .run import Drill
+from .orchestrator import Drill
 
 ROLE_METRIC = "leakwatch_process_anonymous_memory_bytes"
 ROLE_MEMORY = f"sum by (role) ({ROLE_METRIC})"

@@ -18,7 +18,7 @@ nothing: no bound, and the alerts act as they did without one.
 from __future__ import annotations
 
 from ..realleaks import catalogue as leak_catalogue
-from .discovery import VllmTree
+from .process_tree import VllmTree
 from .procfs import ProcessGone, ProcFS
 
 FAMILY = "leakwatch_vllm_cache_bound_bytes"

@@ -21,9 +21,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..core.profiles import Profile
-from .breakdown import breakdowns
 from .cache_bounds import FAMILY as CACHE_BOUND_FAMILY, CacheBounds
-from .cgroup import CgroupMemory, CgroupReader
+from .cgroup_memory import CgroupMemory, CgroupReader
 from .derived import (
     BASELINE_IDLE_WAIT_S,
     RETENTION_IDLE_S,
@@ -32,9 +31,10 @@ from .derived import (
     DerivedState,
     Sample,
 )
-from .discovery import DEFAULT_TITLE_PREFIX, ROLES, Discovery, VllmTree
-from .gpu import VISIBLE_DEVICES_ENV, Gpu, GpuReadError, GpuReading, assigned_devices, import_pynvml
 from .host_memory import HostMemory, HostReading
+from .memory_breakdown import breakdowns
+from .nvml import VISIBLE_DEVICES_ENV, Gpu, GpuReadError, GpuReading, assigned_devices, import_pynvml
+from .process_tree import DEFAULT_TITLE_PREFIX, ROLES, Discovery, VllmTree
 from .procfs import ProcessGone, ProcFS
 from .schema import Schema
 from .vllm_scrape import VllmScraper, VllmStats, VllmUnreachable

@@ -17,7 +17,7 @@ from ..core.errors import LeakwatchError
 from ..core.profiles import load as load_profile
 from ..core.settings import load as load_settings
 from .collector import ExporterConfig, VllmMemoryCollector
-from .discovery import DEFAULT_TITLE_PREFIX
+from .process_tree import DEFAULT_TITLE_PREFIX
 from .procfs import ProcFS
 from .server import HEALTH_PATH, Sampler, serve
 from .vllm_scrape import VllmScraper

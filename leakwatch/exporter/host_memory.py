@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .discovery import VllmTree
+from .process_tree import VllmTree
 from .procfs import ProcessGone, ProcFS, Smaps
 
 RoleRank = tuple[str, str]

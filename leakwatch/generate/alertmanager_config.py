@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..core.settings import StackSettings
 from ..core.topology import COMPOSE_HOSTS
-from ..heal import config as healer_config
+from ..heal import healer_settings
 
 HEALER_PATH = "/alerts"
 # Where Alertmanager reads the healer's bearer token in compose: the `healer_token` secret.
@@ -40,7 +40,7 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
                 # `continue`, on to the people below.
                 # The same allowlist the healer enforces (config/healer.yaml), so the two cannot disagree.
                 {
-                    "matchers": healer_config.load().route_matchers,
+                    "matchers": healer_settings.load().route_matchers,
                     "receiver": "remediation",
                     "continue": True,
                     "group_by": ["alertname", "instance", "gpu", "role", "rank"],

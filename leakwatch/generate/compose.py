@@ -73,7 +73,7 @@ def vllm_definition(
         prep["demo-model"] = {
             "image": settings.service("vllm").extra["cpu_image"],
             "profiles": [profile.name],
-            "entrypoint": ["python3", "-m", "leakwatch.demo_model", model_path],
+            "entrypoint": ["python3", "-m", "leakwatch.demo_model.command", model_path],
             "environment": {"PYTHONPATH": SOURCE_DIR, "HF_HUB_OFFLINE": "1"},
             "volumes": [f".:{SOURCE_DIR}:ro", f"models:{MODELS_DIR}"],
             "restart": "no",

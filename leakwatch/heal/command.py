@@ -19,14 +19,14 @@ from ..core.errors import LeakwatchError
 from ..core.settings import load as load_settings
 from ..core.state_layout import StateLayout
 from ..core.topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
-from . import config as heal_config, token as heal_token
+from . import healer_settings, token as heal_token
+from .decisions import WEBHOOK_PATH, Healer
 from .exporter_keeper import ExporterKeeper
-from .metrics import HealerMetrics
+from .healer_metrics import HealerMetrics
+from .http_server import HealerServer
 from .policy import Policy
 from .restarters import DockerRestarter, SupervisorRestarter
-from .server import WEBHOOK_PATH, Healer
 from .vllm_probe import VllmProbe
-from .webserver import HealerServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config",
-        default=str(heal_config.CONFIG_FILE),
+        default=str(healer_settings.CONFIG_FILE),
         metavar="FILE",
         help="policy file (default config/healer.yaml)",
     )
@@ -158,10 +158,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     settings = load_settings()
     token = heal_token.load(args.token_file)
-    cfg = heal_config.load(Path(args.config))
+    cfg = healer_settings.load(Path(args.config))
     if args.remediable_job:
         cfg = dataclasses.replace(cfg, jobs=tuple(args.remediable_job))
-    cfg = heal_config.with_targets(cfg, args.target)
+    cfg = healer_settings.with_targets(cfg, args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
     vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import LeakwatchError
-from .config import HealerConfig
+from .healer_settings import HealerConfig
 from .payload import Alert
 
 log = logging.getLogger("leakwatch.heal")

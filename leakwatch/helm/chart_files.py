@@ -20,8 +20,8 @@ from ..core.metric_catalogue import rewrite_selectors
 from ..core.paths import REPO_ROOT
 from ..core.settings import StackSettings, load as load_settings
 from ..core.topology import DEPLOYMENT_LABEL
-from ..heal import config as healer_config
-from ..heal.server import WEBHOOK_PATH
+from ..heal import healer_settings
+from ..heal.decisions import WEBHOOK_PATH
 from . import identity
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "leakwatch"
@@ -76,7 +76,7 @@ def host_memory_gib(profile: model_profiles.Profile) -> int:
 def facts(settings: StackSettings | None = None) -> dict:
     settings = settings or load_settings()
     vllm = settings.service("vllm")
-    policy = healer_config.load()
+    policy = healer_settings.load()
     return {
         "ports": {
             "vllm": vllm.default_port,

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import CheckConfig
 from .estimator import NAN_INTERVAL, Interval, SlopeFit, theil_sen
 from .series import MemorySeries, Segments, Timeline, segment, warmed_up
+from .verdict_thresholds import CheckConfig
 
 LEAK, NO_LEAK, INCONCLUSIVE = "LEAK", "NO-LEAK", "INCONCLUSIVE"
 # Exit codes of `leakwatch check` (2 is every usage or connection error, as for every subcommand).

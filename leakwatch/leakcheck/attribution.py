@@ -32,8 +32,8 @@ from ..core import alert_config
 from ..core.metric_catalogue import with_matcher
 from ..core.promapi import Prometheus
 from .analysis import human_bytes as _b
-from .config import CheckConfig
 from .estimator import Interval, SlopeFit, theil_sen
+from .verdict_thresholds import CheckConfig
 
 # Successful POSTs per handler, from vLLM's own scrape job (the selector the rules use).
 ENDPOINT_REQUESTS = (

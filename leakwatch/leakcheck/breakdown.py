@@ -1,6 +1,6 @@
 """The memory breakdown at a check's window end: per model-holding vLLM process, the weights and KV
 pool it holds by design against what is measured, and the unexplained rest with its growth over the
-window. Read from the exporter's leakwatch_memory_* series (leakwatch/exporter/breakdown.py computes
+window. Read from the exporter's leakwatch_memory_* series (leakwatch/exporter/memory_breakdown.py computes
 them); an exporter without them (older, or started without --profile) makes it "not available",
 never an error. It informs; the verdict is still the leak fits' (analysis.py).
 """

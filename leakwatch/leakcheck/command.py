@@ -18,7 +18,7 @@ import sys
 from ..core.errors import LeakwatchError
 from ..core.promapi import Prometheus
 from ..core.settings import load as load_settings
-from . import attribution, bounded, breakdown, compare, config as check_config
+from . import attribution, bounded, breakdown, compare, verdict_thresholds
 from .analysis import LEAK, CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
 from .window import iso, parse_duration, resolve
@@ -54,7 +54,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config",
-        default=str(check_config.CONFIG_FILE),
+        default=str(verdict_thresholds.CONFIG_FILE),
         metavar="FILE",
         help="thresholds file (default config/leak_check.yaml)",
     )
@@ -122,7 +122,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def side_matcher(label: str, value: str) -> str:
     """`label="value"`, the value escaped as PromQL strings are."""
-    if not check_config.LABEL_NAME.fullmatch(label):
+    if not verdict_thresholds.LABEL_NAME.fullmatch(label):
         raise LeakwatchError(f"--compare-label {label!r} is not a Prometheus label name")
     if not value:
         raise LeakwatchError("--compare needs two non-empty deployment names")
@@ -133,7 +133,7 @@ def run_compare(args: argparse.Namespace, start: float, end: float) -> compare.C
     stable_name, canary_name = args.compare
     if stable_name == canary_name:
         raise LeakwatchError(f"--compare needs two different deployments, not {stable_name!r} twice")
-    cfg = check_config.load(args.config)
+    cfg = verdict_thresholds.load(args.config)
     label = args.compare_label or cfg.compare_label
     daily = args.daily_requests if args.daily_requests is not None else cfg.compare_daily_requests
     within = args.decide_within if args.decide_within is not None else cfg.compare_decide_within_seconds
@@ -148,7 +148,7 @@ def run_check(args: argparse.Namespace, start: float, end: float, matcher: str =
     """The one code path `check` and `report` compute their numbers with."""
     if not (args.time_compression > 0 and math.isfinite(args.time_compression)):
         raise LeakwatchError(f"--time-compression must be a positive number, not {args.time_compression}")
-    cfg = check_config.load(args.config).with_overrides(
+    cfg = verdict_thresholds.load(args.config).with_overrides(
         min_bytes_per_request=args.min_bytes_per_request,
         min_growth_bytes_per_hour=args.min_growth_per_hour,
         warmup_seconds=args.warmup,

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from .analysis import CheckResult, SeriesResult, human_bytes
-from .config import CheckConfig
 from .estimator import NAN_INTERVAL, Interval
+from .verdict_thresholds import CheckConfig
 
 LESS, SAME, MORE, INCONCLUSIVE = "LESS", "SAME", "MORE", "INCONCLUSIVE"
 EXIT_CODES = {LESS: 0, SAME: 0, MORE: 1, INCONCLUSIVE: 3}

@@ -4,7 +4,7 @@ and `use()`, with which a locustfile opts into the listeners it wants (leakwatch
 Locustfiles in loadtest/ import `StreamingUser` and `LeakwatchShape` from here and call
 `use(*listeners.ALL)`. Locust's events are process-global, so importing this module registers its
 own few listeners once per process, however many locustfiles import it; `use` is idempotent too.
-Every Locust process has one `LoadgenRun` (leakwatch.loadgen.run): workers (and a local runner)
+Every Locust process has one `LoadgenRun` (leakwatch.loadgen.run_state): workers (and a local runner)
 send requests and record them; the master (or the local runner) merges, reports and exports.
 """
 
@@ -16,7 +16,7 @@ from locust import LoadTestShape, User, constant, events, task
 from locust.user.task import LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from .options import OptionError, add_options
-from .run import LoadgenRun, default_host
+from .run_state import LoadgenRun, default_host
 
 log = logging.getLogger("leakwatch.loadgen")
 

@@ -8,7 +8,7 @@ import time
 
 from flask import make_response, request
 
-from . import reports
+from . import report_writers
 
 TAB = "leakwatch"
 COLUMNS = (
@@ -46,7 +46,7 @@ def install(web_ui, run) -> None:
             response.set_data(json.dumps(data))
         elif path.endswith("/stats/report") and response.mimetype == "text/html":
             body = response.get_data(as_text=True)
-            response.set_data(reports.inject_html(body, reports.html_section(run.stats, run.notes)))
+            response.set_data(report_writers.inject_html(body, report_writers.html_section(run.stats, run.notes)))
         return response
 
     @app.route(f"{base}/leakwatch/stats.csv")

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import psutil
 
-from .. import demo_model
 from ..canary.router import RouterAdmin, default_split, haproxy_config
 from ..core import ports, profiles as model_profiles, webauth, yamlfmt
 from ..core.errors import LeakwatchError
 from ..core.settings import StackSettings, load as load_settings
 from ..core.state_layout import StateLayout
 from ..core.topology import DEPLOYMENTS, native_jobs
+from ..demo_model import command as demo_model
 from ..generate.alertmanager_config import native_alertmanager_config
 from ..generate.prometheus_config import prometheus_config
 from ..heal import token as heal_token

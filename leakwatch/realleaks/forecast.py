@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backtest.bench import OURS, run_scenario
+from ..backtest.scenario_run import OURS, run_scenario
 from ..scenarios.model import Leak, Scenario, Traffic
 
 ALERT = "HostMemoryLeak"

@@ -17,7 +17,7 @@ from ..core import profiles as model_profiles
 from ..core.alert_config import MIB, number
 from ..core.durations import format_duration
 from ..core.topology import DEPLOYMENT_LABEL
-from ..heal import config as healer_config
+from ..heal import healer_settings
 from .promql import by, fill, on
 from .recording import Context
 
@@ -51,7 +51,7 @@ class Alert:
         labels = {"severity": self.severity}
         if self.remediate:
             # The label the healer acts on (config/healer.yaml), so rules and healer cannot drift.
-            policy = healer_config.load()
+            policy = healer_settings.load()
             labels[policy.label_name] = policy.label_value
         expr = self.expr
         if self.keep_firing_while:

@@ -2,7 +2,7 @@
 """GPU check for `leakwatch exporter` (needs an NVIDIA GPU; not part of CI, which has none).
 
 A child process allocates a known amount of CUDA memory per step and keeps it (a GPU leak at a
-known rate). After each step the exporter's own GPU collector (leakwatch.exporter.gpu, NVML) reads
+known rate). After each step the exporter's own GPU collector (leakwatch.exporter.nvml, NVML) reads
 the child's per-process GPU memory and the device's used memory. The check passes when, against the
 reading before the first step,
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch.exporter.discovery import VllmProcess, VllmTree
-from leakwatch.exporter.gpu import Gpu
+from leakwatch.exporter.nvml import Gpu
+from leakwatch.exporter.process_tree import VllmProcess, VllmTree
 
 MIB = 1 << 20
 TOLERANCE = 0.05

@@ -12,8 +12,8 @@ arguments the stack renders, waits until it is healthy, reads vLLM's own figures
 
 It prints one line per profile with the ratios and exits 1 when a KV ratio is off by more than
 --tolerance, so a profile whose numbers have drifted (a new vLLM, another card) is noticed. Fix it
-by correcting hardware.gpu_memory_gib, or by setting the profile's capacity.cuda_graph_gib /
-capacity.non_torch_gib to what vLLM logged. Not run in CI (no GPU there); see docs/capacity.md.
+by correcting hardware.gpu_memory_gib, or by setting the profile's planner.cuda_graph_gib /
+planner.non_torch_gib to what vLLM logged. Not run in CI (no GPU there); see docs/planner.md.
 
   python scripts/gpu/check_kv_capacity.py                       # every GPU profile, one by one
   python scripts/gpu/check_kv_capacity.py janeway-13b-4090d --models-dir /srv/models
@@ -31,9 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from leakwatch import capacity, vllm_server
+from leakwatch.capacity import planner
 from leakwatch.core import profiles
 from leakwatch.core.errors import LeakwatchError
+from tests.support import vllm_server
 
 GIB = 1024**3
 CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
@@ -76,14 +77,14 @@ def model_path(profile: profiles.Profile, models_dir: Path) -> str:
             f"--revision {profile.model['revision']}"
         )
     if profile.source == "demo" and not Path(path).is_dir():
-        from leakwatch.demo_model import build
+        from leakwatch.demo_model.command import build
 
         build(Path(path))
     return path
 
 
 def compare(
-    profile: profiles.Profile, plan: capacity.Plan, url: str, log: Path | None, card_gib: float | None
+    profile: profiles.Profile, plan: planner.Plan, url: str, log: Path | None, card_gib: float | None
 ) -> tuple[str, float]:
     tokens = kv_tokens_from_metrics(fetch(f"{url}/metrics"))
     ratio = tokens / plan.kv_tokens
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             profile = profiles.load(name)
-            plan = capacity.plan(profile)
+            plan = planner.plan(profile)
             if args.url:
                 line, ratio = compare(profile, plan, args.url.rstrip("/"), None, card)
             else:

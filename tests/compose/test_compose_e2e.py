@@ -19,9 +19,9 @@ from leakwatch.core.metric_catalogue import HOST_LEAK_MEASURE
 from leakwatch.core.paths import REPO_ROOT
 from leakwatch.core.settings import load as load_settings
 from leakwatch.core.topology import exporter_service, vllm_service
-from leakwatch.drill import config as drill_config
+from leakwatch.drill import drill_settings
 from leakwatch.drill.compose_backend import write_override
-from leakwatch.drill.run import DrillResult, check_phase, rate_leak_phase
+from leakwatch.drill.orchestrator import DrillResult, check_phase, rate_leak_phase
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
 from tests.support.compose_stack import ComposeStack, StackHTTP, stack_env
 from tests.support.compose_support import bare_env
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 VLLM = vllm_service("demo")
 EXPORTER = exporter_service("demo")
 SERVICES = ["prometheus", "alertmanager", "node-exporter", VLLM, EXPORTER, "healer", PROXY_HOST]
-DRILL = drill_config.load()
+DRILL = drill_settings.load()
 # The vLLM container's memory use (cgroup v1 or v2), read inside it.
 CGROUP_USAGE = (
     "import pathlib; p = pathlib.Path('/sys/fs/cgroup/memory/memory.usage_in_bytes'); "

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from leakwatch.core.paths import REPO_ROOT
-from leakwatch.engine_mounts import dockerd_pid, root_propagation
+from leakwatch.stack.engine_mounts import dockerd_pid, root_propagation
 from tests.support.compose_support import bare_env, compose_binary
 from tests.support.docker_engine import EngineUnavailable, start_bare, stop
 from tests.support.native_stack import short_state_dir

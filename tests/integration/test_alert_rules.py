@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from leakwatch.backtest.command import REFERENCE_RULES
-from leakwatch.backtest.engine import load_rules
+from leakwatch.backtest.rule_evaluator import load_rules
 from leakwatch.core.durations import parse_duration
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.metric_catalogue import dcgm_metrics, exporter_metrics
@@ -261,7 +261,7 @@ def test_a_drill_scale_leaves_out_what_cannot_work_and_says_so(tmp_path):
     """At x60 with 2-s scrapes the fast-leak rules' 2-minute slices are one scrape: they (and the
     recording rules only they read) leave the drill's copy, named in its header; the drill's own
     alert may never be left out; at x10 nothing is."""
-    from leakwatch.drill.config import write_rules
+    from leakwatch.drill.drill_settings import write_rules
 
     omitted: list[str] = []
     docs = render_rules(time_scale=1 / 60, min_window_s=8, omitted=omitted)

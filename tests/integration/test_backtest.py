@@ -12,7 +12,8 @@ import yaml
 
 from leakwatch import cli
 from leakwatch.backtest import sources
-from leakwatch.backtest.engine import (
+from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
+from leakwatch.backtest.rule_evaluator import (
     MAX_POINTS,
     Backtest,
     RecordingRule,
@@ -21,7 +22,6 @@ from leakwatch.backtest.engine import (
     load_rules,
     recording_levels,
 )
-from leakwatch.backtest.openmetrics import BLOCK_S, BlockFiles, split_file
 from leakwatch.core.durations import parse_duration
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.paths import PROMETHEUS_DIR, RULES_DIR
@@ -280,7 +280,7 @@ def test_a_firing_alert_with_hysteresis_stays_firing_while_its_hold_holds():
 
 
 def test_hysteresis_of_the_generated_rules_is_split_for_replay():
-    from leakwatch.backtest.engine import split_hysteresis
+    from leakwatch.backtest.rule_evaluator import split_hysteresis
 
     _, alerting = load_rules(RULE_FILES)
     held = {r.key for r in alerting if split_hysteresis(r.expr)[1]}

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from leakwatch.backtest import bench
+from benchmarks import detection as bench
 
 pytestmark = [pytest.mark.slow]
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+from benchmarks.loadgen import truth
 from leakwatch.canary.router import SERVED_BY_HEADER, SIDES, RouterAdmin, Split, haproxy_config
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.ports import free_port
 from leakwatch.core.settings import ready_path
-from leakwatch.loadgen import truth
 
 REQUESTS = 1000
 CONCURRENCY = 16

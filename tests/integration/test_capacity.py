@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from leakwatch import capacity
+from leakwatch.capacity import planner
 from leakwatch.core import profiles
 from leakwatch.core.paths import REPO_ROOT
 from tests.support.native_stack import VENV_BIN
@@ -16,12 +16,12 @@ GIB = 1024**3
 KIB = 1024
 
 
-def plan(name: str, *overrides: str) -> capacity.Plan:
-    return capacity.plan(profiles.load(name, overrides=list(overrides)))
+def plan(name: str, *overrides: str) -> planner.Plan:
+    return planner.plan(profiles.load(name, overrides=list(overrides)))
 
 
 def refusal(name: str, *overrides: str) -> str:
-    with pytest.raises(capacity.CapacityError) as info:
+    with pytest.raises(planner.CapacityError) as info:
         plan(name, *overrides)
     return str(info.value)
 

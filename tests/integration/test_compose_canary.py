@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from leakwatch import compose_runner, local_images
 from leakwatch.core.topology import exporter_canary_service, vllm_canary_service, vllm_service
 from leakwatch.generate.compose_canary import ROUTER_SERVICE
+from leakwatch.stack import compose_runner, local_images
 from tests.support.compose_support import policy_violations, resolved
 
 CANARY = (compose_runner.CANARY_OVERRIDE,)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from leakwatch import local_images
 from leakwatch.core.paths import REPO_ROOT
 from leakwatch.core.settings import load as load_settings
+from leakwatch.stack import local_images
 from tests.support.compose_support import compose, resolved
 
 # Runs the Compose v2 binary on compose.yaml and compose.local.yaml.

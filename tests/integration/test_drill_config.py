@@ -12,8 +12,8 @@ import yaml
 
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.settings import load as load_settings
-from leakwatch.drill import config as drill_config
-from leakwatch.drill.cgroup import MemoryCgroup
+from leakwatch.drill import drill_settings
+from leakwatch.drill.cgroup_limit import MemoryCgroup
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.heal.alertmanager import localize
 
@@ -48,7 +48,7 @@ AM = {
 
 
 def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
-    out = drill_config.scaled_alertmanager(AM, 60, repeat_s=5)
+    out = drill_settings.scaled_alertmanager(AM, 60, repeat_s=5)
     assert out["route"]["group_wait"] == "1s"  # 30 s / 60, at least 1 s
     assert out["route"]["group_interval"] == "5s"  # 5 m / 60
     assert out["route"]["repeat_interval"] == "240s"  # 4 h / 60
@@ -59,7 +59,7 @@ def test_alertmanager_timings_scale_and_the_healer_route_repeats_fast():
 
 
 def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
-    out = drill_config.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
+    out = drill_settings.scaled_alertmanager(compose_alertmanager_config(load_settings()), 60, repeat_s=5)
     watchdog = next(r for r in out["route"]["routes"] if 'alertname="Watchdog"' in r["matchers"])
     assert watchdog["group_wait"] == "0s"  # zero stays zero
     assert watchdog["repeat_interval"] == "5s"  # 5 m / 60
@@ -71,7 +71,9 @@ def test_the_production_routing_scales_and_still_passes_amtool(tmp_path):
 
 def test_a_config_without_the_healer_receiver_is_refused():
     with pytest.raises(LeakwatchError, match="no webhook receiver for the healer"):
-        drill_config.scaled_alertmanager({"route": {"receiver": "default"}, "receivers": [{"name": "default"}]}, 60, 5)
+        drill_settings.scaled_alertmanager(
+            {"route": {"receiver": "default"}, "receivers": [{"name": "default"}]}, 60, 5
+        )
 
 
 def test_the_webhook_is_pointed_at_the_stack_healer_and_its_token_file():
@@ -83,7 +85,7 @@ def test_the_webhook_is_pointed_at_the_stack_healer_and_its_token_file():
 
 
 def test_drill_settings_are_consistent():
-    cfg = drill_config.load()
+    cfg = drill_settings.load()
     # The rules' shortest window (10 min) must span at least four scrapes once compressed.
     assert 600 / cfg.time_compression >= 4 * cfg.scrape_interval_s
     assert cfg.wall(cfg.control_span_s) >= 60 and 0 < cfg.max_estimate_error <= 0.15
@@ -141,7 +143,7 @@ def test_the_fast_leak_variant_exhausts_its_headroom_within_the_hour():
     from leakwatch.core import alert_config
     from leakwatch.rules.alerts import warmup_after_ready_s
 
-    fast = drill_config.load().as_fast_leak()
+    fast = drill_settings.load().as_fast_leak()
     assert fast.control_span_s == 0
     minutes = fast.cgroup_headroom_bytes / (fast.bytes_per_request * fast.requests_per_day / 1440)
     host = alert_config.load().section("host")
@@ -158,12 +160,12 @@ def test_the_canary_drill_gives_the_canary_enough_requests_for_its_own_check():
     check's warm-up several scrapes long."""
     from leakwatch.canary.router import default_split
     from leakwatch.core.settings import load as load_settings
-    from leakwatch.leakcheck import config as check_config
+    from leakwatch.leakcheck import verdict_thresholds
     from leakwatch.leakcheck.compare import requests_for_a_check
 
-    canary = drill_config.load().as_canary()
+    canary = drill_settings.load().as_canary()
     assert canary.control_span_s == 0
-    check = check_config.load()
+    check = verdict_thresholds.load()
     share = default_split(load_settings()).weights["canary"] / 100
     expected_on_canary = canary.requests_per_day * canary.leak_span_s / 86400 * share
     assert expected_on_canary >= requests_for_a_check(check), expected_on_canary

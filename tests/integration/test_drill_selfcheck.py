@@ -13,7 +13,7 @@ import pytest
 from leakwatch.core import alert_config
 from leakwatch.core.promapi import Prometheus
 from leakwatch.drill import selfcheck
-from leakwatch.drill.config import LEAK_ALERT, load
+from leakwatch.drill.drill_settings import LEAK_ALERT, load
 from leakwatch.drill.load import CpuHog
 from leakwatch.drill.phases import PhaseWatcher, RecoveryPhases
 from tests.support.prom_backfill import backfilled_prometheus

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from leakwatch.core.paths import REPO_ROOT
-from leakwatch.engine_mounts import dockerd_pid, root_propagation, rslave_problem, rslave_sources
+from leakwatch.stack.engine_mounts import dockerd_pid, root_propagation, rslave_problem, rslave_sources
 
 MOUNTINFO = {
     "private": "22 1 259:1 / / rw,relatime - ext4 /dev/root rw\n",

@@ -13,7 +13,7 @@ import requests
 
 from leakwatch.cli import main
 from leakwatch.core.metric_catalogue import load_csv
-from leakwatch.heal.metrics import CSV
+from leakwatch.heal.healer_metrics import CSV
 from leakwatch.heal.token import TOKEN_ENV, ensure_file
 from tests.support.healer_support import TOKEN, alert, metric, notification, post, running_healer, supervised_standin
 from tests.support.native_stack import environ

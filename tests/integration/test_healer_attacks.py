@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from leakwatch.heal.webserver import REQUEST_DEADLINE_S
+from leakwatch.heal.http_server import REQUEST_DEADLINE_S
 from tests.support.healer_support import (
     alert,
     healer_process,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from leakwatch.core.paths import REPO_ROOT
-from leakwatch.heal import config as heal_config
+from leakwatch.heal import healer_settings
 
 # Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
 
@@ -19,7 +19,7 @@ ROUTES = REPO_ROOT / "alertmanager" / "alertmanager.yml"
 
 
 def remediated_rules() -> set[str]:
-    cfg = heal_config.load()
+    cfg = healer_settings.load()
     doc = yaml.safe_load(RULES.read_text())
     return {
         r["alert"]
@@ -30,7 +30,7 @@ def remediated_rules() -> set[str]:
 
 
 def test_every_rule_labelled_for_remediation_is_on_the_allowlist_and_back():
-    assert remediated_rules() == set(heal_config.load().alerts)
+    assert remediated_rules() == set(healer_settings.load().alerts)
 
 
 def receivers(*labels: str) -> list[str]:
@@ -44,8 +44,8 @@ def receivers(*labels: str) -> list[str]:
     return result.stdout.strip().split(",")
 
 
-@pytest.mark.parametrize("alertname", sorted(heal_config.load().alerts))
-@pytest.mark.parametrize("job", sorted(heal_config.load().jobs))
+@pytest.mark.parametrize("alertname", sorted(healer_settings.load().alerts))
+@pytest.mark.parametrize("job", sorted(healer_settings.load().jobs))
 def test_allowed_alerts_route_to_the_healer(alertname, job):
     assert "remediation" in receivers(f"alertname={alertname}", f"job={job}", "remediate=true", "severity=critical")
 
@@ -66,10 +66,10 @@ def test_other_alerts_never_route_to_the_healer(labels):
 def test_a_target_outside_the_jobs_is_refused(tmp_path):
     from leakwatch.core.errors import LeakwatchError
 
-    cfg = heal_config.load()
+    cfg = healer_settings.load()
     with pytest.raises(LeakwatchError, match="JOB=INSTANCE"):
-        heal_config.with_targets(cfg, ["leakwatch"])
-    narrowed = heal_config.with_targets(cfg, ["leakwatch=127.0.0.1:9405"])
+        healer_settings.with_targets(cfg, ["leakwatch"])
+    narrowed = healer_settings.with_targets(cfg, ["leakwatch=127.0.0.1:9405"])
     base = {"remediate": "true", "alertname": "HostMemoryLeak", "job": "leakwatch"}
     assert narrowed.refusal({**base, "instance": "127.0.0.1:9405"}) is None
     assert "not this healer's" in narrowed.refusal({**base, "instance": "other-host:9405"})
@@ -81,8 +81,8 @@ def test_a_target_outside_the_jobs_is_refused(tmp_path):
     # Without any target, the job allowlist alone applies (compose: the dcgm job is scraped by DNS).
     assert cfg.refusal({**base, "job": "dcgm", "instance": "anything"}) is None
     bad = tmp_path / "healer.yaml"
-    raw = yaml.safe_load(heal_config.CONFIG_FILE.read_text())
+    raw = yaml.safe_load(healer_settings.CONFIG_FILE.read_text())
     raw["remediable"]["alerts"] = []
     bad.write_text(yaml.safe_dump(raw))
     with pytest.raises(LeakwatchError, match=r"remediable\.alerts"):
-        heal_config.load(bad)
+        healer_settings.load(bad)

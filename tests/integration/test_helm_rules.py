@@ -443,8 +443,8 @@ def test_backtest_two_replicas_only_the_leaking_pod_alerts(tmp_path, rules_file)
     on the chart's rules with the real Prometheus: the leak alerts fire for the leaking pod only."""
     from dataclasses import replace
 
-    from leakwatch.backtest.engine import Backtest
     from leakwatch.backtest.openmetrics import BlockFiles
+    from leakwatch.backtest.rule_evaluator import Backtest
     from leakwatch.scenarios import library
     from leakwatch.scenarios.simulate import simulate
 

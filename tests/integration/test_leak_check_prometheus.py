@@ -10,7 +10,7 @@ import pytest
 
 from leakwatch.cli import main
 from leakwatch.core.metric_catalogue import exporter_metrics, metric_names
-from leakwatch.leakcheck import config as check_config
+from leakwatch.leakcheck import verdict_thresholds
 from leakwatch.leakcheck.analysis import analyse
 from leakwatch.leakcheck.collect import all_queries
 from tests.support.leak_scenarios import MB, Scenario, make, to_openmetrics
@@ -90,7 +90,12 @@ def test_prometheus_path_gives_the_same_numbers_as_the_samples(prometheus_url, c
     via_prometheus = json.loads(out)["series"][0]["bytes_per_request"]
     direct = (
         analyse(
-            LEAKY.timeline(), LEAKY.series(), check_config.load(), start=LEAK_T0, end=LEAK_T0 + HOURS * 3600, step=STEP
+            LEAKY.timeline(),
+            LEAKY.series(),
+            verdict_thresholds.load(),
+            start=LEAK_T0,
+            end=LEAK_T0 + HOURS * 3600,
+            step=STEP,
         )
         .series[0]
         .bytes_per_request

@@ -85,7 +85,7 @@ def test_demo_architecture_is_the_built_model(tmp_path):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from leakwatch.demo_model import build
+    from leakwatch.demo_model.command import build
 
     build(tmp_path / "demo")
     arch = profiles.load("demo").architecture

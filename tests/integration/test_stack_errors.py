@@ -81,7 +81,7 @@ def test_unknown_runner(isolated_env):
 
 
 def test_compose_without_docker_engine(isolated_env):
-    from leakwatch.compose_runner import engine_problem
+    from leakwatch.stack.compose_runner import engine_problem
 
     if engine_problem() is None:
         pytest.skip("a Docker engine is reachable here; this test is about machines without one")

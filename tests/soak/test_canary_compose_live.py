@@ -15,11 +15,11 @@ import json
 import pytest
 import requests
 
-from leakwatch import compose_runner
 from leakwatch.canary.router import SERVED_BY_HEADER, RouterAdmin
 from leakwatch.cli import main
 from leakwatch.core.topology import DEPLOYMENTS, exporter_canary_service, vllm_canary_service, vllm_service
 from leakwatch.generate.compose_canary import ROUTER_SERVICE
+from leakwatch.stack import compose_runner
 from tests.support.compose_stack import ComposeStack, StackHTTP, stack_env
 from tests.support.native_stack import assert_no_vllm_running, stack_port_env
 from tests.support.vllm_metrics import requests_finished

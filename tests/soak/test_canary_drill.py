@@ -10,11 +10,11 @@ import io
 
 import pytest
 
-from leakwatch.drill import config as drill_config
+from leakwatch.drill import drill_settings
 from leakwatch.drill.canary import CanaryDrill
 from leakwatch.leakcheck import compare
 
-CANARY = drill_config.load().as_canary()
+CANARY = drill_settings.load().as_canary()
 FIXED_PARTS_S = 900  # two vLLMs' start-up and warm-up, the baselines, the last check
 pytestmark = [
     pytest.mark.slow,

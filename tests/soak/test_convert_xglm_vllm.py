@@ -14,10 +14,10 @@ import torch
 
 from leakwatch.convert_xglm import convert
 from leakwatch.core import model_text, profiles
-from leakwatch.demo_model import build_tokenizer
-from leakwatch.vllm_server import running
+from leakwatch.demo_model.command import build_tokenizer
 from tests.support.locust_run import run_locust
 from tests.support.native_stack import assert_no_vllm_running
+from tests.support.vllm_server import running
 from tests.support.xglm_models import MAX_POSITIONS, VOCAB, random_xglm, save
 
 pytestmark = [pytest.mark.slow]

@@ -9,11 +9,11 @@ import io
 
 import pytest
 
-from leakwatch.drill import config as drill_config
-from leakwatch.drill.run import Drill
+from leakwatch.drill import drill_settings
+from leakwatch.drill.orchestrator import Drill
 from tests.support.native_stack import assert_no_vllm_running
 
-DRILL = drill_config.load()
+DRILL = drill_settings.load()
 # The module's fixture runs the whole drill: its own stack's start and warm-up, the control and leak
 # phases (time-compressed from config/drill.yaml), the restart, recovery and the repeat watch: pytest's
 # default 900 s once cut it off in its last step (the repeat watch after the recovery).

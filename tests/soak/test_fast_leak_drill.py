@@ -9,11 +9,11 @@ import io
 
 import pytest
 
-from leakwatch.drill import config as drill_config
+from leakwatch.drill import drill_settings
 from leakwatch.drill.fast_leak import FAST_LEAK_ALERT, FastLeakDrill
 from tests.support.native_stack import assert_no_vllm_running
 
-FAST = drill_config.load().as_fast_leak()
+FAST = drill_settings.load().as_fast_leak()
 FIXED_PARTS_S = 1200  # start-up, warm-up, the restart, recovery and the repeat watch
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(FIXED_PARTS_S + FAST.wall(FAST.leak_span_s))]
 

@@ -14,8 +14,8 @@ import pytest
 import requests
 from scipy import stats
 
+from benchmarks.loadgen import server_metrics
 from leakwatch.core.ports import free_port
-from leakwatch.loadgen import server_metrics
 from tests.support.locust_run import finish, run_locust
 
 

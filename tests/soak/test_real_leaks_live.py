@@ -14,7 +14,7 @@ import io
 
 import pytest
 
-from leakwatch.drill import config as drill_config
+from leakwatch.drill import drill_settings
 from leakwatch.drill.real_leaks import RealLeakDrill
 from leakwatch.leakcheck.analysis import LEAK, NO_LEAK
 from leakwatch.realleaks import catalogue
@@ -30,7 +30,7 @@ def screening():
     cat = catalogue.load()
     cat = dataclasses.replace(cat, screening={**cat.screening, **REQUESTS})
     cases = [cat.case("responses-store"), cat.case("xgrammar-cache")]
-    cfg = dataclasses.replace(drill_config.load(), time_compression=1.0)
+    cfg = dataclasses.replace(drill_settings.load(), time_compression=1.0)
     out = io.StringIO()
     drill = RealLeakDrill(cfg, cat, cases, out=out)
     results = {r.case.name: r for r in drill.screen()}

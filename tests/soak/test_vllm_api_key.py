@@ -15,9 +15,9 @@ import psutil
 import pytest
 import requests
 
-from leakwatch import demo_model
 from leakwatch.core import profiles as model_profiles
 from leakwatch.core.ports import free_port
+from leakwatch.demo_model import command as demo_model
 from tests.support.native_stack import assert_no_vllm_running
 
 pytestmark = [pytest.mark.slow]

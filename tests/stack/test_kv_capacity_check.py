@@ -8,7 +8,7 @@ import sys
 
 import requests
 
-from leakwatch import capacity
+from leakwatch.capacity import planner
 from leakwatch.core import profiles
 from leakwatch.core.paths import REPO_ROOT
 
@@ -22,7 +22,7 @@ def test_planner_matches_vllm_for_the_running_demo(native_stack):
     finally:
         sys.path.pop(0)
     metrics = requests.get(f"{native_stack.vllm_url}/metrics", timeout=30).text
-    assert check_kv_capacity.kv_tokens_from_metrics(metrics) == capacity.plan(profiles.load("demo")).kv_tokens
+    assert check_kv_capacity.kv_tokens_from_metrics(metrics) == planner.plan(profiles.load("demo")).kv_tokens
 
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "demo", "--url", native_stack.vllm_url],
@@ -39,7 +39,7 @@ def test_a_drifted_plan_is_reported(native_stack, tmp_path):
     """Pretend the profile promised twice the KV space: the script must fail, naming the ratio."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import check_kv_capacity as c; "
-        "from leakwatch import capacity; real = capacity.plan; "
+        "from leakwatch import capacity; real = planner.plan; "
         "capacity.plan = lambda p: __import__('dataclasses').replace(real(p), kv_tokens=2 * real(p).kv_tokens); "
         "raise SystemExit(c.main(['demo', '--url', sys.argv[2]]))"
     )

@@ -4,7 +4,7 @@ Alertmanager and node exporter under supervisord; traffic, scrapes and a clean s
 These act on the shared stack (one vLLM start fewer in `make test`): `make up` with its ports and
 state folder finds it running and checks its health, and `make down`, the last of its tests (the
 `stops_stack` mark), stops it. A cold `make up` takes the same path into NativeStack.up as every
-stack of this tier (leakwatch/stack.py's run); the compose tier starts its stack cold with `make up`.
+stack of this tier (leakwatch/stack/command.py's run); the compose tier starts its stack cold with `make up`.
 A crash (kill -9 of the worker) and supervisord's restart are tests/stack/test_exporter_leak.py's."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 import requests
 from scipy import stats
 
-from leakwatch.loadgen import server_metrics
+from benchmarks.loadgen import server_metrics
 from leakwatch.loadgen.client import StreamingClient, request_body
 from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder
 from leakwatch.loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS

@@ -5,7 +5,7 @@ against a running stack and review the diff (rules and dashboards are then check
 
 from __future__ import annotations
 
-from leakwatch.metrics_record import SOURCES, record
+from leakwatch.metrics_record.command import SOURCES, record
 
 
 def test_recorded_metric_lists_match_the_real_servers(native_stack):

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from leakwatch.backtest.command import REFERENCE_RULES
-from leakwatch.backtest.engine import load_rules
+from leakwatch.backtest.rule_evaluator import load_rules
 from leakwatch.core import webauth
 from leakwatch.core.metric_catalogue import exporter_metrics, metric_names
 from leakwatch.core.paths import RULES_DIR

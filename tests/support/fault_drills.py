@@ -23,7 +23,7 @@ from leakwatch.core.alert_config import ALERTS_FILE
 from leakwatch.core.promapi import Prometheus
 from leakwatch.core.settings import load as load_settings
 from leakwatch.core.topology import VLLM_PROGRAM
-from leakwatch.drill.config import with_scrape_interval
+from leakwatch.drill.drill_settings import with_scrape_interval
 from leakwatch.exporter.derived import WARMUP_REQUESTS
 from leakwatch.generate.alertmanager_config import compose_alertmanager_config
 from leakwatch.native.runner import NativeStack

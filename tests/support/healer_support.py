@@ -19,13 +19,13 @@ import requests
 
 from leakwatch.core.ports import free_port
 from leakwatch.core.state_layout import StateLayout
-from leakwatch.heal import config as heal_config
-from leakwatch.heal.metrics import HealerMetrics
+from leakwatch.heal import healer_settings
+from leakwatch.heal.decisions import Healer
+from leakwatch.heal.healer_metrics import HealerMetrics
+from leakwatch.heal.http_server import HealerServer
 from leakwatch.heal.policy import Policy
 from leakwatch.heal.restarters import SupervisorRestarter
-from leakwatch.heal.server import Healer
 from leakwatch.heal.vllm_probe import VllmProbe
-from leakwatch.heal.webserver import HealerServer
 from leakwatch.native import supervisor
 from leakwatch.native.programs import Program
 from tests.support.native_stack import short_state_dir
@@ -87,7 +87,7 @@ def supervised_standin(stop_wait_s: int = 5, ignore_sigterm: bool = False):
 
 @contextlib.contextmanager
 def running_healer(target: Target, state_file: Path | None = None, stop_timeout_s: float = 60.0, **overrides):
-    cfg = dataclasses.replace(heal_config.load(), **{"idle_wait_s": 1.0, "ready_timeout_s": 60.0, **overrides})
+    cfg = dataclasses.replace(healer_settings.load(), **{"idle_wait_s": 1.0, "ready_timeout_s": 60.0, **overrides})
     healer = Healer(
         cfg,
         TOKEN,
@@ -201,7 +201,7 @@ def policy_file(folder: Path, **overrides) -> Path:
     """config/healer.yaml with some keys changed (drain.* as drain_idle_wait_s / drain_ready_timeout_s)."""
     import yaml
 
-    raw = yaml.safe_load(heal_config.CONFIG_FILE.read_text())
+    raw = yaml.safe_load(healer_settings.CONFIG_FILE.read_text())
     raw["drain"].update({"idle_wait_s": 1, "ready_timeout_s": 60})
     for key, value in overrides.items():
         if key.startswith("drain_"):

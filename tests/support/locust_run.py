@@ -12,7 +12,7 @@ from pathlib import Path
 
 from leakwatch.core.paths import REPO_ROOT
 from leakwatch.core.ports import free_port
-from leakwatch.loadgen.reports import read_request_log
+from leakwatch.loadgen.report_writers import read_request_log
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOADTEST = REPO_ROOT / "loadtest"

@@ -1,7 +1,7 @@
 """Tiny random XGLM checkpoints (fp32) in the layouts the converter must read.
 
 Sizes satisfy vLLM's CPU backend (head_dim 64: d_model 128, 2 heads) so the converted model can be
-served by the real server; the tokenizer is the demo model's (leakwatch.demo_model.build_tokenizer).
+served by the real server; the tokenizer is the demo model's (leakwatch.demo_model.command.build_tokenizer).
 """
 
 from __future__ import annotations

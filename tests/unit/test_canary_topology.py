@@ -9,17 +9,17 @@ import argparse
 import pytest
 import yaml
 
-from leakwatch import stack as stack_command
 from leakwatch.canary.router import SIDES, Split, default_split
 from leakwatch.core import profiles
 from leakwatch.core.settings import load as load_settings
 from leakwatch.core.state_layout import StateLayout
 from leakwatch.core.topology import CANARY_SERVICES, DEPLOYMENT_LABEL, DEPLOYMENTS, native_jobs
 from leakwatch.generate.prometheus_config import prometheus_config
-from leakwatch.heal import config as heal_config
-from leakwatch.leakcheck import config as check_config
+from leakwatch.heal import healer_settings
+from leakwatch.leakcheck import verdict_thresholds
 from leakwatch.native.programs import stack_programs
 from leakwatch.native.runner import NativeStack
+from leakwatch.stack import command as stack_command
 
 PORTS = {
     "VLLM_PORT": "18000",
@@ -86,7 +86,7 @@ def test_prometheus_labels_each_sides_series_with_its_deployment(ports):
 
 
 def test_check_compare_reads_the_label_the_scrape_config_writes():
-    assert check_config.load().compare_label == DEPLOYMENT_LABEL
+    assert verdict_thresholds.load().compare_label == DEPLOYMENT_LABEL
     assert DEPLOYMENTS == SIDES == ("stable", "canary")
 
 
@@ -100,9 +100,9 @@ def test_the_router_sends_to_both_vllms_at_the_configured_split(tmp_path, ports)
     assert f"stats socket {StateLayout(tmp_path).router_socket} mode 600 level admin" in config
 
 
-def _healer_policy(programs) -> heal_config.HealerConfig:
+def _healer_policy(programs) -> healer_settings.HealerConfig:
     """The policy the native healer runs with: config/healer.yaml plus its command's --target pins."""
-    return heal_config.with_targets(heal_config.load(), _option(programs["healer"].command, "--target"))
+    return healer_settings.with_targets(healer_settings.load(), _option(programs["healer"].command, "--target"))
 
 
 @pytest.mark.parametrize("side", DEPLOYMENTS)
@@ -141,7 +141,7 @@ def test_canary_env_turns_the_option_on(monkeypatch):
 def test_the_drill_stack_takes_every_argument_up_passes_and_speeds_up_both_exporters(tmp_path, ports):
     """DrillStack overrides programs(): it must take what NativeStack.up passes (a clean-clone CI
     once failed every drill test on a TypeError here) and pace the canary's exporter too."""
-    from leakwatch.drill.run import DrillStack
+    from leakwatch.drill.orchestrator import DrillStack
 
     stack = DrillStack(StateLayout(tmp_path))
     stack.compression = 60

@@ -12,7 +12,6 @@ import re
 import pytest
 import yaml
 
-from leakwatch import compose_runner, stack as stack_command
 from leakwatch.canary.router import Split, default_split
 from leakwatch.core import profiles
 from leakwatch.core.errors import LeakwatchError
@@ -30,7 +29,8 @@ from leakwatch.core.topology import (
 from leakwatch.generate import compose_canary
 from leakwatch.generate.compose_healer import PROJECT
 from leakwatch.generate.socket_proxy import vllm_container_names
-from leakwatch.heal import config as heal_config
+from leakwatch.heal import healer_settings
+from leakwatch.stack import command as stack_command, compose_runner
 
 CANARY_SERVICES = {vllm_canary_service("demo"), exporter_canary_service("demo"), compose_canary.ROUTER_SERVICE}
 
@@ -163,7 +163,7 @@ def test_prometheus_canary_config_labels_each_side_and_nothing_else():
 def test_the_healer_acts_on_the_stable_sides_alert_only(side):
     command = load("compose.canary.yaml")["services"]["healer"]["command"]
     assert command[:-2] == load("compose.yaml")["services"]["healer"]["command"]
-    policy = heal_config.with_targets(heal_config.load(), _option(command, "--target"))
+    policy = healer_settings.with_targets(healer_settings.load(), _option(command, "--target"))
     instance = {"stable": "leakwatch-exporter:9405", "canary": "leakwatch-exporter-canary:9407"}[side]
     alert = {"alertname": "HostMemoryLeak", "remediate": "true", "job": "leakwatch", "instance": instance}
     refusal = policy.refusal({**alert, DEPLOYMENT_LABEL: side})
@@ -240,7 +240,7 @@ def test_plain_make_up_with_compose_is_unchanged(runner):
 
 def test_the_local_image_set_swaps_the_canarys_images_too(runner, monkeypatch):
     monkeypatch.setenv("IMAGES", "local")
-    monkeypatch.setattr("leakwatch.local_images.ensure", lambda out=None: None)
+    monkeypatch.setattr("leakwatch.stack.local_images.ensure", lambda out=None: None)
     compose_runner.up("demo", canary=True)
     assert _files(runner.ran[-1]) == [
         "compose.yaml",

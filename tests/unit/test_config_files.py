@@ -9,14 +9,14 @@ import yaml
 
 from leakwatch.core import settings
 from leakwatch.core.errors import LeakwatchError
-from leakwatch.drill import config as drill_config
-from leakwatch.heal import config as heal_config
-from leakwatch.leakcheck import config as check_config
+from leakwatch.drill import drill_settings
+from leakwatch.heal import healer_settings
+from leakwatch.leakcheck import verdict_thresholds
 
 LOADERS = {
-    "leak_check": check_config,
-    "drill": drill_config,
-    "healer": heal_config,
+    "leak_check": verdict_thresholds,
+    "drill": drill_settings,
+    "healer": healer_settings,
 }
 
 

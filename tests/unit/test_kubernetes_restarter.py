@@ -174,12 +174,12 @@ def test_the_chart_role_forbids_deleting_pods(cluster):
 
 def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
     """The whole healer: a remediable notification for one pod makes it evict exactly that pod."""
-    from leakwatch.heal import config as heal_config
-    from leakwatch.heal.metrics import HealerMetrics
+    from leakwatch.heal import healer_settings
+    from leakwatch.heal.decisions import Healer
+    from leakwatch.heal.healer_metrics import HealerMetrics
     from leakwatch.heal.policy import Policy
-    from leakwatch.heal.server import Healer
 
-    cfg = dataclasses.replace(heal_config.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    cfg = dataclasses.replace(healer_settings.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
     with StandinApiServer(cluster) as server:
         r = restarter(server)
         healer = Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), r, r, HealerMetrics())
@@ -191,12 +191,12 @@ def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
 
 
 def _healer(restarter_: KubernetesRestarter, tmp_path):
-    from leakwatch.heal import config as heal_config
-    from leakwatch.heal.metrics import HealerMetrics
+    from leakwatch.heal import healer_settings
+    from leakwatch.heal.decisions import Healer
+    from leakwatch.heal.healer_metrics import HealerMetrics
     from leakwatch.heal.policy import Policy
-    from leakwatch.heal.server import Healer
 
-    cfg = dataclasses.replace(heal_config.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    cfg = dataclasses.replace(healer_settings.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
     return Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), restarter_, restarter_, HealerMetrics())
 
 

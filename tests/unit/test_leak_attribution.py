@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from leakwatch.leakcheck import attribution, bounded, config as check_config
+from leakwatch.leakcheck import attribution, bounded, verdict_thresholds
 from leakwatch.leakcheck.analysis import LEAK, NO_LEAK, analyse
 from leakwatch.leakcheck.series import MemorySeries, Timeline
 
@@ -42,7 +42,7 @@ def counters(t, **by_handler):
 
 @pytest.fixture(scope="module")
 def cfg():
-    return check_config.load()
+    return verdict_thresholds.load()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from leakwatch.leakcheck import compare, config as check_config
+from leakwatch.leakcheck import compare, verdict_thresholds
 from leakwatch.leakcheck.analysis import CheckResult, analyse
 from tests.support.leak_scenarios import MB, make
 
-CFG = check_config.load()
+CFG = verdict_thresholds.load()
 DAY = 86400.0
 
 

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from leakwatch.leakcheck import config as check_config
+from leakwatch.leakcheck import verdict_thresholds
 from leakwatch.leakcheck.analysis import INCONCLUSIVE, LEAK, NO_LEAK, analyse
 from leakwatch.leakcheck.estimator import theil_sen
 from tests.support.leak_scenarios import MB, make
 
-CFG = check_config.load()
+CFG = verdict_thresholds.load()
 
 
 def check(s, *, time_compression=1.0, cfg=CFG, headroom=None, with_start_time=True):

@@ -10,13 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from leakwatch.leakcheck import config as check_config
+from leakwatch.leakcheck import verdict_thresholds
 from leakwatch.leakcheck.analysis import INCONCLUSIVE, LEAK, NO_LEAK, Measures, _decide, analyse
 from leakwatch.leakcheck.estimator import Interval
 from leakwatch.leakcheck.series import MemorySeries
 from tests.support.leak_scenarios import MB, make
 
-CFG = check_config.load()
+CFG = verdict_thresholds.load()
 MIB = 1 << 20
 # What requests in flight hold at a scrape (tokenizer and sampler buffers), released after: the API
 # server the most; on the GPU nothing (vLLM preallocates its KV cache).

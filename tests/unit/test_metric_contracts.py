@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from leakwatch.backtest.command import REFERENCE_RULES
-from leakwatch.backtest.engine import load_rules
+from leakwatch.backtest.rule_evaluator import load_rules
 from leakwatch.core.metric_catalogue import (
     METRICS_DIR,
     load_csv,
@@ -23,7 +23,7 @@ from leakwatch.core.paths import RULES_DIR
 from leakwatch.dashboards import boards
 from leakwatch.leakcheck.breakdown import QUERIES as BREAKDOWN_QUERIES
 from leakwatch.leakcheck.collect import all_queries
-from leakwatch.metrics_record import SOURCES, drift, families, recorded_version, render
+from leakwatch.metrics_record.command import SOURCES, drift, families, recorded_version, render
 
 CATALOGUE = static_catalogue()
 

@@ -8,8 +8,8 @@ import logging
 from pathlib import Path
 
 from ...core.settings import load as load_settings
-from .. import discovery
-from ..metrics import RunState, registry
+from .. import file_sd
+from ..metric_collector import RunState, registry
 
 log = logging.getLogger("leakwatch.loadgen")
 
@@ -60,7 +60,7 @@ class PrometheusExporter:
         sd_dir = self._sd_dir()
         if sd_dir:
             host = opts.sd_host or ("127.0.0.1" if bind in ("0.0.0.0", "::") else bind)
-            self.sd_file = discovery.write_target(sd_dir, f"{host}:{port}")
+            self.sd_file = file_sd.write_target(sd_dir, f"{host}:{port}")
             atexit.register(self.stop)
             log.info("Prometheus discovers it through %s (removed when Locust quits)", self.sd_file)
 
@@ -75,7 +75,7 @@ class PrometheusExporter:
 
     def stop(self) -> None:
         if self.sd_file is not None:
-            discovery.remove_target(self.sd_file)
+            file_sd.remove_target(self.sd_file)
             self.sd_file = None
         if self.server is not None:
             self.server.stop(timeout=1)

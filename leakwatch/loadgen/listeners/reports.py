@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .. import reports
+from .. import report_writers
 
 log = logging.getLogger("leakwatch.loadgen")
 
@@ -16,12 +16,12 @@ class Reports:
 
     def __init__(self, run):
         self.run = run
-        self.request_log: reports.RequestLog | None = None
+        self.request_log: report_writers.RequestLog | None = None
         run.keep_rows = bool(run.options.request_log)
         if run.role == "worker":
             return
         if run.options.request_log:
-            self.request_log = reports.RequestLog(run.options.request_log)
+            self.request_log = report_writers.RequestLog(run.options.request_log)
             run.row_sink = self.request_log.write
         events = run.env.events
         events.quitting.add_listener(self.on_quitting)
@@ -43,7 +43,7 @@ class Reports:
         if prefix:
             Path(f"{prefix}_leakwatch.csv").write_text(run.stats.csv_text())
         if opts.summary_file:
-            reports.write_json(opts.summary_file, run.summary())
+            report_writers.write_json(opts.summary_file, run.summary())
         for row in run.stats.totals():
             log.info(
                 "leakwatch %s: %d requests, %d ok, %d failed (%s), %.1f output tokens/s",
@@ -75,5 +75,5 @@ class Reports:
         html_file = getattr(self.run.env.parsed_options, "html_file", None)
         if html_file and Path(html_file).is_file():
             path = Path(html_file)
-            section = reports.html_section(self.run.stats, self.run.notes)
-            path.write_text(reports.inject_html(path.read_text(encoding="utf-8"), section), encoding="utf-8")
+            section = report_writers.html_section(self.run.stats, self.run.notes)
+            path.write_text(report_writers.inject_html(path.read_text(encoding="utf-8"), section), encoding="utf-8")

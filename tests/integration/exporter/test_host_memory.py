@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from leakwatch.exporter.cgroup import CgroupReader
-from leakwatch.exporter.discovery import Discovery
+from leakwatch.exporter.cgroup_memory import CgroupReader
 from leakwatch.exporter.host_memory import HostMemory, anonymous_bytes
+from leakwatch.exporter.process_tree import Discovery
 from leakwatch.exporter.procfs import ProcFS
 from tests.support.exporter_scrape import KIB, VLLM_PORT, FakeClock, cgroup_tree, proc_tree
 

@@ -13,17 +13,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from leakwatch.core.metric_catalogue import exposed_names, loadgen_metrics, sample_names
 from leakwatch.core.paths import PROMETHEUS_DIR
 from leakwatch.core.state_layout import StateLayout
-from leakwatch.loadgen import discovery, metrics
+from leakwatch.loadgen import file_sd, metric_collector
 from leakwatch.loadgen.outcomes import StreamResult
 from leakwatch.loadgen.stats import RunStats
 from leakwatch.native.runner import NativeStack
 
 
 def scrape(stats: RunStats) -> str:
-    state = metrics.RunState(
+    state = metric_collector.RunState(
         shape=lambda: "high-concurrency", model=lambda: "demo", users=lambda: 3, target_rate=lambda: 0.5
     )
-    return generate_latest(metrics.registry(lambda: stats, state)).decode()
+    return generate_latest(metric_collector.registry(lambda: stats, state)).decode()
 
 
 def busy_stats() -> RunStats:
@@ -72,17 +72,17 @@ def test_exported_values():
 
 
 def test_the_target_file_exists_only_while_the_run_does(tmp_path):
-    path = discovery.write_target(tmp_path, "127.0.0.1:9646")
+    path = file_sd.write_target(tmp_path, "127.0.0.1:9646")
     assert path.name.endswith(f"-{os.getpid()}.json")
     assert yaml.safe_load(path.read_text()) == [{"targets": ["127.0.0.1:9646"], "labels": {}}]
-    discovery.remove_target(path)
+    file_sd.remove_target(path)
     assert not list(tmp_path.iterdir())
     # A file left by a killed run (its pid is gone) is pruned by the next run.
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = discovery.target_file(tmp_path, dead.pid)
+    stale = file_sd.target_file(tmp_path, dead.pid)
     stale.write_text("[]")
-    live = discovery.write_target(tmp_path, "127.0.0.1:1")
+    live = file_sd.write_target(tmp_path, "127.0.0.1:1")
     assert not stale.exists() and live.exists()
 
 

@@ -11,11 +11,11 @@ import statistics
 import pytest
 import requests
 
+from benchmarks.loadgen import truth
+from benchmarks.loadgen.reference_server import Script
 from leakwatch.core.ports import free_port
-from leakwatch.loadgen import truth
 from leakwatch.loadgen.client import StreamingClient, request_body
 from leakwatch.loadgen.options import LoadgenOptions, OptionError
-from leakwatch.loadgen.reference_server import Script
 from tests.support.loadgen_options import parsed
 from tests.support.locust_run import run_locust
 
@@ -297,8 +297,8 @@ def test_a_locustfile_without_a_sender_says_so(reference, tmp_path):
 def test_vllms_benchmark_client_is_paired_with_the_record(reference, tmp_path):
     """vLLM's own client (the real one, as `make bench-loadgen` runs it) keeps only the generated text:
     its first word, written by the server as the key, pairs every request."""
-    from leakwatch.demo_model import build_tokenizer
-    from leakwatch.loadgen.bench import AnswerTexts, VllmClient
+    from benchmarks.loadgen.compare import AnswerTexts, VllmClient
+    from leakwatch.demo_model.command import build_tokenizer
     from leakwatch.loadgen.tokens import LocalTokenizer
 
     build_tokenizer(tmp_path / "tok", 512, 256)

@@ -1,5 +1,5 @@
 """The memory breakdown's arithmetic: expected parts from a profile and vLLM's cache_config_info,
-the model-holding processes, and the unexplained rest (leakwatch/exporter/breakdown.py)."""
+the model-holding processes, and the unexplained rest (leakwatch/exporter/memory_breakdown.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from leakwatch.capacity import weights_bytes
+from leakwatch.capacity.planner import weights_bytes
 from leakwatch.core.profiles import load
-from leakwatch.exporter.breakdown import breakdowns, expected_parts, kv_pool_bytes, model_holders
+from leakwatch.exporter.memory_breakdown import breakdowns, expected_parts, kv_pool_bytes, model_holders
 from leakwatch.exporter.vllm_scrape import parse_metrics
 from tests.support.exporter_scrape import VLLM_METRICS
 

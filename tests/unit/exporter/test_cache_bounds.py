@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leakwatch.exporter.cache_bounds import CacheBounds, parse_bound
-from leakwatch.exporter.discovery import VllmProcess, VllmTree
+from leakwatch.exporter.process_tree import VllmProcess, VllmTree
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.realleaks import catalogue
 

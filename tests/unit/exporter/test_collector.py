@@ -12,7 +12,7 @@ from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.metric_catalogue import exporter_metrics
 from leakwatch.core.profiles import load as load_profile
 from leakwatch.exporter.collector import COLLECTORS, FAMILIES, ExporterConfig, VllmMemoryCollector, scrape_timeout
-from leakwatch.exporter.gpu import import_pynvml
+from leakwatch.exporter.nvml import import_pynvml
 from leakwatch.exporter.procfs import ProcFS
 from leakwatch.exporter.schema import Schema
 from tests.support.exporter_scrape import (

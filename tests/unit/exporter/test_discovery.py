@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from leakwatch.exporter.discovery import Discovery, classify
+from leakwatch.exporter.process_tree import Discovery, classify
 from leakwatch.exporter.procfs import ProcFS
 from tests.support.exporter_scrape import VLLM_PORT, FakeClock, proc_tree
 

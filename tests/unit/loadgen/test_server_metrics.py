@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from leakwatch.loadgen import server_metrics
+from benchmarks.loadgen import server_metrics
 
 EXPOSITION = """\
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..core.settings import load as load_settings
+from .decisions import WEBHOOK_PATH, Healer, safe
 from .payload import PayloadError, parse
-from .server import WEBHOOK_PATH, Healer, safe
 
 log = logging.getLogger("leakwatch.heal")
 

@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .core.errors import LeakwatchError
-from .core.paths import REPO_ROOT
-from .core.settings import StackSettings, load as load_settings
+from .. import __version__
+from ..core.errors import LeakwatchError
+from ..core.paths import REPO_ROOT
+from ..core.settings import StackSettings, load as load_settings
 
 DOCKERFILES = REPO_ROOT / "docker" / "local"
 LEAKWATCH_DOCKERFILE = REPO_ROOT / "docker" / "leakwatch.Dockerfile"
@@ -332,7 +332,7 @@ def ensure(names: list[str] | None = None, out=sys.stdout, log=None) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leakwatch.local_images", description="build the local image set (cached by input hash)"
+        prog="python -m leakwatch.stack.local_images", description="build the local image set (cached by input hash)"
     )
     parser.add_argument("names", nargs="*", help="images to build (default: all)")
     args = parser.parse_args(argv)

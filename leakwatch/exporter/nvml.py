@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .discovery import VllmTree
+from .process_tree import VllmTree
 
 # Set by the NVIDIA device plugin (and the container toolkit) on a container given GPUs: their UUIDs,
 # or their indices with the plugin's deviceIDStrategy=index.

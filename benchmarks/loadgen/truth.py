@@ -1,6 +1,6 @@
 """Clients judged against the truth: each client's TTFT and ITL next to what the reference server did.
 
-The reference server (leakwatch.loadgen.reference_server) records, per request key, when it read the
+The reference server (benchmarks.loadgen.reference_server) records, per request key, when it read the
 request and when it wrote each token. A client's request is paired with that record by the key: the
 load generator's request log holds the x-request-id it sent; vLLM's benchmark client keeps the
 generated text, whose first word the server wrote as the key. Error = the client's quantile minus
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from ..core.settings import ready_path
+from leakwatch.core.settings import ready_path
 
 MODEL = "reference"
 # The scripted timings (known distributions): log-normal TTFT, gamma ITL.
@@ -44,7 +44,7 @@ def start(
     cmd = [
         sys.executable,
         "-m",
-        "leakwatch.loadgen.reference_server",
+        "benchmarks.loadgen.reference_server",
         "--host",
         "127.0.0.1",
         "--port",

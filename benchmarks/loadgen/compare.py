@@ -1,6 +1,6 @@
 """`make bench-loadgen`: this load generator and vLLM's own benchmark client, against the truth and side by side.
 
-First, against the truth: a reference streaming server (leakwatch.loadgen.reference_server) with
+First, against the truth: a reference streaming server (benchmarks.loadgen.reference_server) with
 scripted, seeded TTFT and inter-token gaps records when each request arrived and each token left.
 Both clients run against it at 64, 256 and 512 streams (--truth-levels), one after the other in ABBA
 order, --truth-repeats times each; every request is paired with the server's record by its key, and
@@ -38,16 +38,17 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from .. import demo_model
-from ..core import profiles as model_profiles
-from ..core.paths import REPO_ROOT
-from ..core.ports import free_port
-from ..core.settings import ready_path
-from ..core.shutdown import unwind_on_sigterm
+from leakwatch.core import profiles as model_profiles
+from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import ready_path
+from leakwatch.core.shutdown import unwind_on_sigterm
+from leakwatch.demo_model import command as demo_model
+from leakwatch.loadgen.prompts import CorpusBuilder, fixed_lengths
+from leakwatch.loadgen.report_writers import read_request_log
+from leakwatch.loadgen.tokens import LocalTokenizer, ServerTokenizer
+
 from . import server_metrics, truth
-from .prompts import CorpusBuilder, fixed_lengths
-from .reports import read_request_log
-from .tokens import LocalTokenizer, ServerTokenizer
 
 CPU_LIMIT = 0.90  # of one core
 TTFT_TOLERANCE = 0.10  # for max_streams
@@ -122,7 +123,8 @@ class VllmClient:
 
     def __init__(self, log_path: Path):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakwatch.loadgen.vllm_client_worker"],
+            [sys.executable, "-m", "benchmarks.loadgen.vllm_client_worker"],
+            cwd=REPO_ROOT,  # where the benchmarks package is importable
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(log_path, "w"),  # noqa: SIM115 - the child owns it

@@ -36,14 +36,14 @@ from ..core.settings import load as load_settings, ready_path
 from ..core.state_layout import StateLayout
 from ..core.topology import CANARY_SERVICES
 from ..generate.alertmanager_config import compose_alertmanager_config
-from ..heal import config as healer_config
+from ..heal import healer_settings
 from ..leakcheck.analysis import CheckResult
 from ..leakcheck.command import add_arguments as add_check_arguments, run_check
 from ..loadgen import conventions
 from ..native.runner import NativeStack
 from . import leak_middleware, selfcheck
-from .cgroup import MemoryCgroup
-from .config import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
+from .cgroup_limit import MemoryCgroup
+from .drill_settings import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
 from .load import CpuHog, load_average
 from .phases import PhaseWatcher, RecoveryPhases
 
@@ -148,7 +148,7 @@ class Drill:
         self.cpu_hogs = cpu_hogs
         self.out = out
         self.keep_state = keep_state
-        self.remediation = healer_config.load()  # the label the healer acts on
+        self.remediation = healer_settings.load()  # the label the healer acts on
         settings = load_settings()
         self.settings = with_scrape_interval(settings, cfg.scrape_interval_s)
         self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..core import profiles as model_profiles
+from ..core.errors import LeakwatchError
+from ..native.runner import NativeStack
 from . import compose_runner
-from .core import profiles as model_profiles
-from .core.errors import LeakwatchError
-from .native.runner import NativeStack
 
 RUNNERS = ("auto", "compose", "native")
 

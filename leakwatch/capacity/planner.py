@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .core.errors import LeakwatchError
-from .core.profiles import DTYPE_BYTES, QUANTIZATION_BYTES, Profile
+from ..core.errors import LeakwatchError
+from ..core.profiles import DTYPE_BYTES, QUANTIZATION_BYTES, Profile
 
 GIB = 1024**3
 

@@ -4,7 +4,7 @@ Importing vLLM takes seconds, so the benchmark starts this once and sends it one
 per run on stdin; each run answers one JSON line on stdout with the per-request TTFTs and ITLs and
 the CPU time this process spent inside the run. vLLM's own printout goes to stderr.
 
-    python -m leakwatch.loadgen.vllm_client_worker
+    python -m benchmarks.loadgen.vllm_client_worker
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main() -> int:
             continue
         cpu1, wall1 = _cpu(), time.perf_counter()
         # Per request, for pairing with a reference server's record: its first generated word is the
-        # request's key there (leakwatch.loadgen.reference_server).
+        # request's key there (benchmarks.loadgen.reference_server).
         paired = [
             {"key": (text or "").split()[0], "ttft": ttft, "itls": itl}
             for text, ttft, itl in zip(result["generated_texts"], result["ttfts"], result["itls"])

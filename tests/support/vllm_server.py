@@ -16,9 +16,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from .core.errors import LeakwatchError
-from .core.ports import free_port
-from .core.settings import ready_path
+from leakwatch.core.errors import LeakwatchError
+from leakwatch.core.ports import free_port
+from leakwatch.core.settings import ready_path
 
 
 @contextlib.contextmanager

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .core import profiles as model_profiles
-from .core.errors import LeakwatchError
-from .core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
-from .core.settings import load as load_settings
+from ..core import profiles as model_profiles
+from ..core.errors import LeakwatchError
+from ..core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
+from ..core.settings import load as load_settings
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
@@ -23,7 +23,7 @@ LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
 CANARY_OVERRIDE = REPO_ROOT / "compose.canary.yaml"
 CANARY_LOCAL_OVERRIDE = REPO_ROOT / "compose.canary.local.yaml"
 ENV_FILE = REPO_ROOT / ".env"
-IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/local_images.py), for hosts that cannot pull
+IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/stack/local_images.py), for hosts that cannot pull
 RECORD_FILE = "compose-stack.json"  # in the state folder: what the last `up` used
 # Variables compose.yaml requires (`${VAR:?...}`) only to create containers; down, ps and logs
 # interpolate the whole file too, so they get a placeholder that is never used.
@@ -94,7 +94,7 @@ def compose_command() -> list[str]:
 
 def router_admin_socket() -> Path:
     """The canary router's admin socket on the host (compose.canary.yaml mounts its folder)."""
-    from .generate.compose_canary import ADMIN_SOCKET_NAME
+    from ..generate.compose_canary import ADMIN_SOCKET_NAME
 
     return state_dir() / "canary-router" / ADMIN_SOCKET_NAME
 
@@ -105,7 +105,7 @@ def compose_environment(creating: bool = True, local: bool | None = None) -> dic
     env = dict(os.environ)
     # compose.canary.yaml: the router's admin socket folder under this state folder (compose would
     # read a relative path from the repository), owned by whoever runs `make up`.
-    from .generate.compose_canary import ROUTER_USER_ENV
+    from ..generate.compose_canary import ROUTER_USER_ENV
 
     env["LEAKWATCH_STATE_DIR"] = str(state_dir())
     env.setdefault(ROUTER_USER_ENV, f"{os.getuid()}:{os.getgid()}")
@@ -227,12 +227,12 @@ def require_grafana_password() -> None:
 def ensure_healer_token() -> None:
     """The bearer token Alertmanager and the healer share, as a compose secret file. 0644 inside a
     0700 folder: only this user reaches it on the host, and the containers' users can read it."""
-    from .generate.compose_healer import SECRET_FILE
-    from .heal.token import ensure_file
+    from ..generate.compose_healer import SECRET_FILE
+    from ..heal.token import ensure_file
 
     ensure_file(REPO_ROOT / SECRET_FILE, mode=0o644)
     # Prometheus's and Alertmanager's basic auth; readable by the containers' users, like the token.
-    from .core import webauth
+    from ..core import webauth
 
     webauth.ensure(COMPOSE_SECRETS_DIR, mode=0o644)
 
@@ -307,7 +307,7 @@ def up(model: str, out=sys.stdout, extra_files: tuple = (), canary: bool = False
 
 def _wait_router_sides(timeout_s: float = 60) -> None:
     """The native runner's wait: healthy vLLMs are not yet the router's until its own checks see them."""
-    from .canary.router import RouterAdmin
+    from ..canary.router import RouterAdmin
 
     states = RouterAdmin(router_admin_socket()).wait_sides_up(timeout_s)
     if states is not None:

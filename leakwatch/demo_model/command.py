@@ -89,7 +89,7 @@ def build(out_dir: Path, force: bool = False) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from .core.profiles import load as load_profile
+    from ..core.profiles import load as load_profile
 
     arch = load_profile(PROFILE).architecture
     tmp_dir = out_dir.with_name(out_dir.name + ".partial")
@@ -135,7 +135,7 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m leakwatch.demo_model OUT_DIR`: compose's one-shot demo-model service runs this in
+    # `python -m leakwatch.demo_model.command OUT_DIR`: compose's one-shot demo-model service runs this in
     # the vLLM image, which has torch and transformers but not leakwatch's own dependencies.
     import argparse
 

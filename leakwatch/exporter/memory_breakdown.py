@@ -5,7 +5,7 @@ The model-holding processes are the workers (one per tensor-parallel rank), or E
 runs the model itself (one GPU, no worker process). Each is expected to hold:
 
 - weights: the profile's parameters x dtype (or its quantization), over tensor_parallel_size
-  (leakwatch.capacity, the planner's own formula);
+  (leakwatch.capacity.planner, the planner's own formula);
 - kv_cache: the KV pool as vLLM reports it in vllm:cache_config_info: num_gpu_blocks (the device's
   pool: on the CPU backend too) x block_size x KV bytes per token per rank (layers x the rank's KV
   heads x head_dim x 2 for K and V x cache_dtype's bytes). Without that line (vLLM not answering, a
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..capacity import CapacityError, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
+from ..capacity.planner import CapacityError, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from ..core.profiles import Profile
 
 GIB = 1024**3

@@ -12,7 +12,7 @@ A request's key: its `x-request-id` header (both leakwatch's load generator and 
 client send one), else a `[lw-req N]` nonce in the prompt, else a counter. The first token's text
 carries the key (` <key>`) so a client that keeps only the generated text can be paired too.
 
-    python -m leakwatch.loadgen.reference_server --port 8123
+    python -m benchmarks.loadgen.reference_server --port 8123
     GET /truth          the record since the last reset: {key: {"received", "tokens": [write times],
                         "scripted_ttft", "prompt" (its start), "fields" (max_tokens, ignore_eos, stop, ...)}}
     POST /truth/reset   clear it
@@ -35,7 +35,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ..core.settings import ready_path
+from leakwatch.core.settings import ready_path
 
 VLLM_HEALTH_PATH = ready_path("vllm")
 

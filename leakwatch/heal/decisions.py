@@ -1,5 +1,5 @@
 """The healer's decisions on Alertmanager's notifications, and the restart it runs in the background.
-The HTTP side is leakwatch/heal/webserver.py."""
+The HTTP side is leakwatch/heal/http_server.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import logging
 import threading
 import time
 
-from .config import HealerConfig
-from .metrics import HealerMetrics
+from .healer_metrics import HealerMetrics
+from .healer_settings import HealerConfig
 from .payload import Alert
 from .policy import NOT_REMEDIABLE, REMEDIATE, Policy, StateWriteError
 from .restarters import RestartError, TargetRefused

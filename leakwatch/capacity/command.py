@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from . import capacity
-from .core import profiles as model_profiles
+from ..core import profiles as model_profiles
+from . import planner
 
-GIB = capacity.GIB
+GIB = planner.GIB
 
 
 def add_arguments(parser) -> None:
@@ -36,7 +36,7 @@ def size(n: int) -> str:
     return f"{n:8d} B  "
 
 
-def render(plan: capacity.Plan) -> str:
+def render(plan: planner.Plan) -> str:
     gib = size
 
     p = plan
@@ -64,6 +64,6 @@ def render(plan: capacity.Plan) -> str:
 
 def run(args) -> int:
     profile = model_profiles.load(args.profile, overrides=args.overrides)
-    plan = capacity.plan(profile)
+    plan = planner.plan(profile)
     print(json.dumps(plan.as_dict(), indent=1) if args.json else render(plan))
     return 0

