@@ -93,7 +93,7 @@ def cycles() -> list[list[str]]:
 
 def test_the_reader_sees_relative_and_lazy_imports():
     assert "leakwatch.core.errors" in GRAPH["leakwatch.core.durations"]  # from .errors import LeakwatchError
-    assert "leakwatch.core.state_layout" in GRAPH["leakwatch.core.webauth"]  # from .native.layout import ...
+    assert "leakwatch.core.state_layout" in GRAPH["leakwatch.core.webauth"]  # from .state_layout import ...
     assert "leakwatch.heal.kubernetes_restarter" in GRAPH["leakwatch.heal.command"]  # inside a function
 
 
