@@ -34,7 +34,8 @@ def anon_kib():
 
 mode, src, dst = sys.argv[1:4]
 import torch, safetensors.torch  # imports are not the converter's memory
-from leakwatch.convert_xglm import convert, mapping
+from leakwatch.convert_xglm import mapping
+from leakwatch.convert_xglm.conversion import convert
 base = anon_kib()
 peak = [base]
 done = threading.Event()

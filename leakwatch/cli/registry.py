@@ -38,7 +38,7 @@ COMMANDS: dict[str, Command] = {
     "plan": Command(
         "leakwatch.capacity.command", "capacity of a model profile: weights, KV cache, concurrent sequences"
     ),
-    "convert-xglm": Command("leakwatch.convert_xglm", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
+    "convert-xglm": Command("leakwatch.convert_xglm.command", "rewrite an XGLM checkpoint (Janeway) as OPT for vLLM"),
     "exporter": Command(
         "leakwatch.exporter.command",
         "Prometheus exporter: vLLM's memory per process, baseline, growth per request",

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from ..core.errors import LeakwatchError
-from . import __doc__ as DOC, add_arguments, run
+from . import __doc__ as DOC
+from .command import add_arguments, run
 
 parser = argparse.ArgumentParser(prog="python -m leakwatch.convert_xglm", description=DOC)
 add_arguments(parser)

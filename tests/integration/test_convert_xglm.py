@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from leakwatch.convert_xglm import convert, mapping
+from leakwatch.convert_xglm import mapping
+from leakwatch.convert_xglm.conversion import convert
 from leakwatch.convert_xglm.output import MANIFEST
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.paths import REPO_ROOT

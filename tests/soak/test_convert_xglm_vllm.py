@@ -12,7 +12,7 @@ import pytest
 import requests
 import torch
 
-from leakwatch.convert_xglm import convert
+from leakwatch.convert_xglm.conversion import convert
 from leakwatch.core import model_text, profiles
 from leakwatch.demo_model.command import build_tokenizer
 from tests.support.locust_run import run_locust

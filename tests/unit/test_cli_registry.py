@@ -27,6 +27,8 @@ def source_of(module: str) -> Path:
 def test_each_command_names_a_module_with_add_arguments_and_run(name):
     command = COMMANDS[name]
     assert command.module.startswith("leakwatch.")
+    # Every command lives in its package's command.py: a newcomer finds `leakwatch X` there.
+    assert command.module.endswith(".command"), command.module
     path = source_of(command.module)
     assert path.is_file(), path
     functions = {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)}

@@ -156,3 +156,13 @@ def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
             hits |= {s for s in selectors if s in text}
             found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
     assert found == [], "\n".join(found)
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what it is, so two modules doing different things never share one:
+    only the package conventions repeat (__init__, __main__, and each command's command.py)."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        by_name.setdefault(path.name, []).append(name)
+    shared = {base: sorted(names) for base, names in by_name.items() if len(names) > 1}
+    assert set(shared) <= {"__init__.py", "__main__.py", "command.py"}, shared
