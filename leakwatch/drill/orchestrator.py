@@ -105,6 +105,18 @@ class DrillResult:
         return line + f" cpu_hogs={self.cpu_hogs} load_max={f(load)}"
 
 
+@dataclass
+class LeakTimes:
+    """The leak phase's clock readings (epoch seconds; None for what did not happen)."""
+
+    start: float  # the leak's traffic began
+    end: float  # the healer began its restart, or the watch gave up
+    deadline: float  # when the watch gives up waiting for the healer
+    alert_at: float | None
+    remediation_at: float | None
+    restart_at: float | None
+
+
 def pss_total(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -435,61 +447,90 @@ class Drill:
         return alert_at, remediation_at, restart_at
 
     def run(self) -> DrillResult:
-        cfg, res = self.cfg, self.result
+        """The drill's phases in order; the stack is stopped (and the CPU hogs, the cgroup, the state
+        directory removed) whatever happens."""
         cgroup = None
-        # The loaded variant: busy processes beside the stack for the whole drill (bounded: they
-        # exit by themselves after the drill's longest possible run).
-        hog = CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
+        hog = self._start_cpu_hogs()
         try:
             stack_up = self._start_stack()
-
-            # Control: the same production profile, on the path the injector leaves alone.
-            self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
-            control_start = time.time()
-            proc = self.locust("chat", cfg.control_span_s, "locust-control")
-            proc.wait(timeout=cfg.wall(cfg.control_span_s) + 180)
-            control_end = time.time()
-            res.baseline_bytes = self.api_memory()
-
-            # Leak: vLLM gets a container-like limit, then every request keeps bytes_per_request.
+            control = self._control_phase()
             cgroup, pids = self._limit_vllm()
-            self.say(
-                f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
-                f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
-            )
-            leak_start, proc, deadline = self._start_leaking("locust-leak")
-            alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
-            proc.terminate()
-            proc.wait(timeout=60)
-            leak_end = restart_at or time.time()
-            res.alert_s = None if alert_at is None else alert_at - leak_start
-            res.load_average.append(load_average())
-            # The alert figure is checked before it is reported (selfcheck: which alert, which series,
-            # not before the rule's windows allow, not during warm-up or the control phase).
-            attribution = selfcheck.attribute(
-                self.prom,
-                LEAK_ALERT,
-                selfcheck.leak_window(cfg.time_compression),
-                control_start=stack_up,
-                leak_start=leak_start,
-                alert_at=alert_at,
-                role="api_server",
-                step=max(cfg.scrape_interval_s / 2, 0.5),
-            )
-            res.attribution = attribution.as_dict()
-            res.failures += attribution.failures
-            if restart_at is None:
-                res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
-            else:
-                self._recover(alert_at or restart_at, remediation_at, old_pids=pids)
-                res.load_average.append(load_average())
-
-            control = self.check(control_start, control_end)
-            leak = self.check(leak_start, leak_end)
-            self._evaluate(control, leak)
+            leak = self._leak_phase()
+            self._attribute_alert(stack_up, leak)
+            self._recovery_phase(leak, pids)
+            self._check_phases(control, leak)
         finally:
             self._stop_stack(cgroup, hog)
-        return res
+        return self.result
+
+    def _start_cpu_hogs(self) -> CpuHog:
+        """The loaded variant: busy processes beside the stack for the whole drill (bounded: they
+        exit by themselves after the drill's longest possible run)."""
+        cfg = self.cfg
+        return CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
+
+    def _control_phase(self) -> tuple[float, float]:
+        """Control: the same production profile, on the path the injector leaves alone. Takes the
+        API server's memory at its end as the baseline; returns when the phase began and ended."""
+        cfg, res = self.cfg, self.result
+        self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
+        control_start = time.time()
+        proc = self.locust("chat", cfg.control_span_s, "locust-control")
+        proc.wait(timeout=cfg.wall(cfg.control_span_s) + 180)
+        control_end = time.time()
+        res.baseline_bytes = self.api_memory()
+        return control_start, control_end
+
+    def _leak_phase(self) -> LeakTimes:
+        """Leak: vLLM has its container-like limit (`_limit_vllm`), then every request keeps
+        bytes_per_request until the healer begins its restart or the watch gives up."""
+        cfg, res = self.cfg, self.result
+        self.say(
+            f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
+            f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
+        )
+        leak_start, proc, deadline = self._start_leaking("locust-leak")
+        alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
+        proc.terminate()
+        proc.wait(timeout=60)
+        leak_end = restart_at or time.time()
+        res.alert_s = None if alert_at is None else alert_at - leak_start
+        res.load_average.append(load_average())
+        return LeakTimes(leak_start, leak_end, deadline, alert_at, remediation_at, restart_at)
+
+    def _attribute_alert(self, stack_up: float, leak: LeakTimes) -> None:
+        """The alert figure is checked before it is reported (selfcheck: which alert, which series,
+        not before the rule's windows allow, not during warm-up or the control phase)."""
+        cfg, res = self.cfg, self.result
+        attribution = selfcheck.attribute(
+            self.prom,
+            LEAK_ALERT,
+            selfcheck.leak_window(cfg.time_compression),
+            control_start=stack_up,
+            leak_start=leak.start,
+            alert_at=leak.alert_at,
+            role="api_server",
+            step=max(cfg.scrape_interval_s / 2, 0.5),
+        )
+        res.attribution = attribution.as_dict()
+        res.failures += attribution.failures
+
+    def _recovery_phase(self, leak: LeakTimes, pids: list[int]) -> None:
+        """The healer's restart: recovery by phase, memory back near its baseline, the repeats
+        answered without a second restart; a failure when the healer never began."""
+        res = self.result
+        if leak.restart_at is None:
+            res.failures.append(f"no restart within {leak.deadline - leak.start:.0f}s of the leak starting")
+        else:
+            self._recover(leak.alert_at or leak.restart_at, leak.remediation_at, old_pids=pids)
+            res.load_average.append(load_average())
+
+    def _check_phases(self, control_span: tuple[float, float], leak: LeakTimes) -> None:
+        """`leakwatch check` on both phases: NO-LEAK for the control, the injected bytes/request for
+        the leak."""
+        control = self.check(*control_span)
+        leak_check = self.check(leak.start, leak.end)
+        self._evaluate(control, leak_check)
 
     def first_firing(self, expr: str, start: float, end: float) -> float | None:
         """When a series of `expr` first had a sample in [start, end], from Prometheus's history."""
