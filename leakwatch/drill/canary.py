@@ -29,8 +29,9 @@ from ..leakcheck import compare
 from ..leakcheck.command import run_compare
 from . import leak_middleware
 from .drill_settings import LEAK_ALERT, DrillConfig
+from .judging import check_arguments
 from .load import CpuHog, load_average
-from .orchestrator import MIDDLEWARE, Drill, check_arguments
+from .orchestrator import MIDDLEWARE, Drill
 
 # What `check --compare stable canary` must say when this side leaks.
 EXPECTED = {"stable": compare.LESS, "canary": compare.MORE}

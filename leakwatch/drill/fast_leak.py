@@ -18,7 +18,8 @@ import time
 from ..core import alert_config
 from ..rules.alerts import warmup_after_ready_s
 from .load import CpuHog, load_average
-from .orchestrator import Drill, DrillResult, pss_total
+from .orchestrator import Drill, DrillResult
+from .private_stack import pss_total
 
 FAST_LEAK_ALERT = "HostMemoryRunningOut"
 

@@ -7,49 +7,45 @@
 4. wait for the leak alert, the remediation alert, Alertmanager -> healer -> drain and restart;
 5. check memory is back near its pre-leak level, that repeats did not restart it again, and run
    `leakwatch check` on both phases: NO-LEAK for the control, the injected bytes/request for the leak.
+
+`Drill.run()` is that list, one method per phase. The stack itself (ports, state directory, start and
+stop, its services' clients) is leakwatch.drill.private_stack's; the result and the rating of the
+phases' verdicts are leakwatch.drill.judging's.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import io
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-import psutil
 import requests
 
 from .. import vllm_warmup
-from ..core import alert_config, vllm_key, webauth
+from ..core import alert_config, vllm_key
 from ..core.errors import LeakwatchError
 from ..core.paths import REPO_ROOT
-from ..core.ports import free_port
 from ..core.promapi import Prometheus
-from ..core.settings import load as load_settings, ready_path
-from ..core.state_layout import StateLayout
-from ..core.topology import CANARY_SERVICES
-from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import healer_settings
 from ..leakcheck.analysis import CheckResult
-from ..leakcheck.command import add_arguments as add_check_arguments, run_check
 from ..loadgen import conventions
-from ..native.runner import NativeStack
 from . import leak_middleware, selfcheck
 from .cgroup_limit import MemoryCgroup
-from .drill_settings import LEAK_ALERT, DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
+from .drill_settings import LEAK_ALERT, DrillConfig
+from .judging import (  # DrillResult, check_phase, check_arguments, rate_leak_phase: also imported from here
+    DrillResult,
+    check_arguments as check_arguments,
+    check_phase,
+    rate_control_phase,
+    rate_leak_phase,
+)
 from .load import CpuHog, load_average
 from .phases import PhaseWatcher, RecoveryPhases
+from .private_stack import DrillStack, PrivateStack, pss_total  # DrillStack, pss_total: also imported from here
 
 MIDDLEWARE = "leakwatch.drill.leak_middleware.leak_memory"
-# Both sides' exporters sample at the drill's pace (the canary's with `make up CANARY=1`'s layout).
-EXPORTER_SERVICES = ("leakwatch_exporter", CANARY_SERVICES["leakwatch"])
 API_MEMORY = (
     'sum(leakwatch_process_anonymous_memory_bytes{role="api_server"})'
     ' or sum(leakwatch_process_resident_memory_bytes{role="api_server"})'
@@ -58,127 +54,48 @@ API_MEMORY = (
 
 
 @dataclass
-class DrillResult:
-    compression: float
-    injected_bytes_per_request: int
-    control: dict = field(default_factory=dict)  # leakwatch check --json of the control phase
-    leak: dict = field(default_factory=dict)  # ... of the leak phase
-    estimate_bytes_per_request: float | None = None
-    estimate_error_pct: float | None = None
-    alert_s: float | None = None  # leak start -> first HostMemoryLeak firing
-    remediation_alert_s: float | None = None  # leak start -> the remediate="true" twin firing
-    recover_s: float | None = None  # first leak alert -> memory back near baseline
-    baseline_bytes: float | None = None
-    recovered_bytes: float | None = None
-    restarts: int = 0
-    notifications: int = 0
-    attribution: dict = field(default_factory=dict)  # selfcheck.AlertAttribution.as_dict()
-    phases: dict = field(default_factory=dict)  # recovery phase -> seconds (phases.PHASES)
-    phases_summary: str = ""
-    cpu_hogs: int = 0  # the loaded variant's busy processes
-    load_average: list[float] = field(default_factory=list)  # 1-min load at leak start, alert, recovery
-    failures: list[str] = field(default_factory=list)
-    # The fast-leak variant (leakwatch.drill.fast_leak): what was left of the cgroup's headroom when
-    # the healer began, how long it would have lasted at the leak's pace (production minutes), and
-    # how many processes the kernel's OOM killer ended in vLLM's cgroup.
-    headroom_left_bytes: float | None = None
-    lead_min: float | None = None
-    oom_kills: int | None = None
+class LeakTimes:
+    """The leak phase's clock readings (epoch seconds; None for what did not happen)."""
 
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-    def summary_line(self) -> str:
-        def f(v, digits=1):
-            return "none" if v is None else f"{v:.{digits}f}"
-
-        line = (
-            f"drill: alert_s={f(self.alert_s)} recover_s={f(self.recover_s)} "
-            f"estimate_err_pct={f(self.estimate_error_pct)}"
-        )
-        if self.phases_summary:
-            line += f" {self.phases_summary}"
-        load = max(self.load_average) if self.load_average else None
-        if self.oom_kills is not None:
-            line += f" lead_min={f(self.lead_min)} oom_kills={self.oom_kills}"
-        return line + f" cpu_hogs={self.cpu_hogs} load_max={f(load)}"
-
-
-def pss_total(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            total += psutil.Process(pid).memory_full_info().pss
-        except psutil.Error:
-            continue
-    return total
-
-
-class DrillStack(NativeStack):
-    """The native stack with the exporter's own sampling sped up by the compression: its PSS
-    (smaps) refresh, 60 s in production, would otherwise be two production hours in a drill."""
-
-    compression = 1.0
-
-    def programs(self, profile, *args, **kwargs):
-        programs = super().programs(profile, *args, **kwargs)
-        out = []
-        for prog in programs:
-            if prog.service in EXPORTER_SERVICES:
-                extra = [
-                    "--sample-interval",
-                    f"{max(5.0 / self.compression, 0.5):g}",
-                    "--smaps-interval",
-                    f"{max(60.0 / self.compression, 1.0):g}",
-                    "--baseline-idle-wait",
-                    f"{max(60.0 / self.compression, 2.0):g}",
-                    # The baseline comes after the warm-up's batch-size sweep, not in one of its pauses.
-                    "--warmup-requests",
-                    str(vllm_warmup.SWEEP_REQUESTS),
-                ]
-                prog = dataclasses.replace(prog, command=[*prog.command, *extra])
-            out.append(prog)
-        return out
+    start: float  # the leak's traffic began
+    end: float  # the healer began its restart, or the watch gave up
+    deadline: float  # when the watch gives up waiting for the healer
+    alert_at: float | None
+    remediation_at: float | None
+    restart_at: float | None
 
 
 class Drill:
+    """The native drill; the fast-leak, canary and real-leak drills reuse its stack and phases."""
+
     def __init__(self, cfg: DrillConfig, out=sys.stdout, keep_state: bool = False, cpu_hogs: int = 0):
         self.cfg = cfg
         self.cpu_hogs = cpu_hogs
         self.out = out
         self.keep_state = keep_state
         self.remediation = healer_settings.load()  # the label the healer acts on
-        settings = load_settings()
-        self.settings = with_scrape_interval(settings, cfg.scrape_interval_s)
-        self.state = Path(tempfile.mkdtemp(prefix="lw-drill-", dir="/tmp"))  # short: supervisord's socket path
-        self.ports = {svc.port_env: str(free_port()) for svc in settings.services.values()}
+        self.private_stack = PrivateStack(cfg)  # its ports and state directory, taken now
+        self.settings = self.private_stack.settings
+        self.state = self.private_stack.state
+        self.ports = self.private_stack.ports
         self.result = DrillResult(cfg.time_compression, cfg.bytes_per_request, cpu_hogs=cpu_hogs)
         self.episode: list[dict] = []  # the remediation alerts as Alertmanager holds them
-        self.stack: DrillStack | None = None
-        self._env_before: dict[str, str | None] = {}
 
     def say(self, text: str) -> None:
         print(f"[drill {time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
 
     # -- helpers -----------------------------------------------------------------------------------
 
+    @property
+    def stack(self) -> DrillStack | None:
+        return self.private_stack.stack
+
     def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[self.settings.service(service).port_env]}"
+        return self.private_stack.url(service)
 
     @property
     def prom(self) -> Prometheus:
-        return Prometheus(self.url("prometheus"))
-
-    def healer_metric(self, name: str, **labels) -> float:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        text = requests.get(f"{self.url('healer')}/metrics", timeout=10).text
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return sample.value
-        return 0.0
+        return self.private_stack.prom
 
     def locust(self, api: str, span_s: float, log_name: str, service: str = "vllm") -> subprocess.Popen:
         """Locust's production-day shape against `service`, time-compressed like the rules."""
@@ -248,64 +165,6 @@ class Drill:
     def check(self, start: float, end: float) -> CheckResult:
         return check_phase(self.url("prometheus"), self.cfg, start, end)
 
-    def alertmanager_remediation_alerts(self) -> list[dict]:
-        """The firing remediation alerts from Alertmanager's API: fingerprint, startsAt and labels
-        exactly as its webhook sends them."""
-        try:
-            am = self.url("alertmanager")
-            resp = requests.get(
-                f"{am}/api/v2/alerts",
-                timeout=10,
-                auth=webauth.auth_for(am),
-                params={"filter": self.remediation.remediation_matcher, "active": "true"},
-            )
-            resp.raise_for_status()
-        except requests.RequestException:
-            return []
-        return [
-            {
-                "status": "firing",
-                "labels": a["labels"],
-                "annotations": a.get("annotations", {}),
-                "startsAt": a["startsAt"],
-                "endsAt": a.get("endsAt", ""),
-                "generatorURL": a.get("generatorURL", ""),
-                "fingerprint": a["fingerprint"],
-            }
-            for a in resp.json()
-        ]
-
-    def repeat_notification(self) -> list[str]:
-        """What Alertmanager's repeat_interval does: the same notification again. The healer must
-        answer without a second restart."""
-        token = (self.state / "secrets" / "healer-token").read_text().strip()
-        body = {
-            "version": "4",
-            "status": "firing",
-            "receiver": "remediation",
-            "groupKey": "drill-repeat",
-            "groupLabels": {},
-            "commonLabels": {},
-            "commonAnnotations": {},
-            "externalURL": self.url("alertmanager"),
-            "truncatedAlerts": 0,
-            "alerts": self.episode,
-        }
-        resp = requests.post(
-            f"{self.url('healer')}/alerts", json=body, timeout=10, headers={"Authorization": f"Bearer {token}"}
-        )
-        return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
-
-    def vllm_pids(self, stack: NativeStack | None) -> list[int]:
-        pids: list[int] = []
-        for proc in stack.processes() if stack else []:
-            try:
-                if proc.name().startswith("VLLM::") or "vllm.entrypoints" in " ".join(proc.cmdline()):
-                    pids.append(proc.pid)
-            except Exception:  # noqa: BLE001 - a process that just exited
-                continue
-        return pids
-
     # -- the drill ---------------------------------------------------------------------------------
 
     # The alert this drill waits for (its rules are rendered so that it can work at the compression).
@@ -314,22 +173,7 @@ class Drill:
     def _start_stack(self) -> float:
         """Starts the drill's private stack with the leak injector and the time-compressed rules,
         warms vLLM up and waits for the exporter's baseline; returns when the stack was up."""
-        cfg = self.cfg
-        layout = StateLayout(self.state)
-        layout.make_dirs()
-        rules_dir = self.state / "conf" / "rules"
-        write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s, self.alert)
-        # The production routing (the runner points its webhook at this stack's healer), time-scaled.
-        am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
-        self._env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
-        os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
-        stack = self.stack = DrillStack(layout, self.settings)
-        stack.compression = cfg.time_compression
-        self.say(
-            f"starting a native stack in {self.state} (time compression x{cfg.time_compression:g}, "
-            f"scrape every {cfg.scrape_interval_s:g}s)"
-        )
-        stack.up("demo", rules_dir=rules_dir, alertmanager_config=am, out=io.StringIO(), **self.vllm_options())
+        self.private_stack.up(self.alert, self.vllm_options, self.say)
         stack_up = time.time()
         for service in self.vllm_services:
             self.warm_up(service)
@@ -354,24 +198,17 @@ class Drill:
 
     def _stop_stack(self, cgroup: MemoryCgroup | None, hog: CpuHog) -> None:
         try:
-            if self.stack is not None:
-                self.stack.down(out=io.StringIO())
+            self.private_stack.down()
         finally:
             hog.stop()
             if cgroup is not None:
                 cgroup.remove()
-            for key, value in self._env_before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            if not self.keep_state:
-                shutil.rmtree(self.state, ignore_errors=True)
+            self.private_stack.clean_up(keep_state=self.keep_state)
 
     def _limit_vllm(self) -> tuple[MemoryCgroup, list[int]]:
         """vLLM's processes in a memory cgroup with `cgroup_headroom_bytes` above what they hold."""
         cgroup = MemoryCgroup.create(f"leakwatch-drill-{os.getpid()}")
-        pids = self.vllm_pids(self.stack)
+        pids = self.private_stack.vllm_pids()
         cgroup.adopt(pids)
         # The exporter and the rule see the limit minus vLLM's own (proportional) memory.
         cgroup.set_limit(max(cgroup.usage(), pss_total(pids)) + self.cfg.cgroup_headroom_bytes)
@@ -410,8 +247,8 @@ class Drill:
                 remediation_at = time.time()
                 self.say(f"remediation alert firing after {remediation_at - leak_start:.0f}s")
             if alert_at is not None and not self.episode:
-                self.episode = self.alertmanager_remediation_alerts()
-            if self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
+                self.episode = self.private_stack.remediation_alerts(self.remediation.remediation_matcher)
+            if self.private_stack.healer_metric("leakwatch_healer_last_restart_timestamp_seconds") > 0:
                 restart_at = time.time()
                 self.say("healer began draining and restarting vLLM")
                 if on_restart is not None:
@@ -419,7 +256,7 @@ class Drill:
             time.sleep(1)
         if restart_at is not None and not self.episode:
             # Alertmanager holds the alert until vLLM's memory is down again, well after the restart.
-            self.episode = self.alertmanager_remediation_alerts()
+            self.episode = self.private_stack.remediation_alerts(self.remediation.remediation_matcher)
         if remediation_at is None and restart_at is not None:
             # The healer can act between two polls; Prometheus's history says when the twin fired.
             remediation_at = self.first_firing(
@@ -435,61 +272,90 @@ class Drill:
         return alert_at, remediation_at, restart_at
 
     def run(self) -> DrillResult:
-        cfg, res = self.cfg, self.result
+        """The drill's phases in order. Whatever happens, the stack is stopped, then the CPU hogs,
+        the cgroup, the environment and the state directory cleaned up (`_stop_stack`)."""
         cgroup = None
-        # The loaded variant: busy processes beside the stack for the whole drill (bounded: they
-        # exit by themselves after the drill's longest possible run).
-        hog = CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
+        hog = self._start_cpu_hogs()
         try:
             stack_up = self._start_stack()
-
-            # Control: the same production profile, on the path the injector leaves alone.
-            self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
-            control_start = time.time()
-            proc = self.locust("chat", cfg.control_span_s, "locust-control")
-            proc.wait(timeout=cfg.wall(cfg.control_span_s) + 180)
-            control_end = time.time()
-            res.baseline_bytes = self.api_memory()
-
-            # Leak: vLLM gets a container-like limit, then every request keeps bytes_per_request.
+            control = self._control_phase()
             cgroup, pids = self._limit_vllm()
-            self.say(
-                f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
-                f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
-            )
-            leak_start, proc, deadline = self._start_leaking("locust-leak")
-            alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
-            proc.terminate()
-            proc.wait(timeout=60)
-            leak_end = restart_at or time.time()
-            res.alert_s = None if alert_at is None else alert_at - leak_start
-            res.load_average.append(load_average())
-            # The alert figure is checked before it is reported (selfcheck: which alert, which series,
-            # not before the rule's windows allow, not during warm-up or the control phase).
-            attribution = selfcheck.attribute(
-                self.prom,
-                LEAK_ALERT,
-                selfcheck.leak_window(cfg.time_compression),
-                control_start=stack_up,
-                leak_start=leak_start,
-                alert_at=alert_at,
-                role="api_server",
-                step=max(cfg.scrape_interval_s / 2, 0.5),
-            )
-            res.attribution = attribution.as_dict()
-            res.failures += attribution.failures
-            if restart_at is None:
-                res.failures.append(f"no restart within {deadline - leak_start:.0f}s of the leak starting")
-            else:
-                self._recover(alert_at or restart_at, remediation_at, old_pids=pids)
-                res.load_average.append(load_average())
-
-            control = self.check(control_start, control_end)
-            leak = self.check(leak_start, leak_end)
-            self._evaluate(control, leak)
+            leak = self._leak_phase()
+            self._attribute_alert(stack_up, leak)
+            self._recovery_phase(leak, pids)
+            self._check_phases(control, leak)
         finally:
             self._stop_stack(cgroup, hog)
-        return res
+        return self.result
+
+    def _start_cpu_hogs(self) -> CpuHog:
+        """The loaded variant: busy processes beside the stack for the whole drill (bounded: they
+        exit by themselves after the drill's longest possible run)."""
+        cfg = self.cfg
+        return CpuHog(self.cpu_hogs, max_s=cfg.wall(cfg.control_span_s + cfg.leak_span_s) + 1800).start()
+
+    def _control_phase(self) -> tuple[float, float]:
+        """Control: the same production profile, on the path the injector leaves alone. Takes the
+        API server's memory at its end as the baseline; returns when the phase began and ended."""
+        cfg, res = self.cfg, self.result
+        self.say(f"control phase: {cfg.control_span_s / 3600:g} h of production traffic on /v1/chat/completions")
+        control_start = time.time()
+        proc = self.locust("chat", cfg.control_span_s, "locust-control")
+        proc.wait(timeout=cfg.wall(cfg.control_span_s) + 180)
+        control_end = time.time()
+        res.baseline_bytes = self.api_memory()
+        return control_start, control_end
+
+    def _leak_phase(self) -> LeakTimes:
+        """Leak: vLLM has its container-like limit (`_limit_vllm`), then every request keeps
+        bytes_per_request until the healer begins its restart or the watch gives up."""
+        cfg, res = self.cfg, self.result
+        self.say(
+            f"leak phase: {cfg.bytes_per_request} B per /v1/completions request, memory limit "
+            f"{cfg.cgroup_headroom_bytes / 2**20:.0f} MiB above vLLM's usage"
+        )
+        leak_start, proc, deadline = self._start_leaking("locust-leak")
+        alert_at, remediation_at, restart_at = self._watch(leak_start, deadline)
+        proc.terminate()
+        proc.wait(timeout=60)
+        leak_end = restart_at or time.time()
+        res.alert_s = None if alert_at is None else alert_at - leak_start
+        res.load_average.append(load_average())
+        return LeakTimes(leak_start, leak_end, deadline, alert_at, remediation_at, restart_at)
+
+    def _attribute_alert(self, stack_up: float, leak: LeakTimes) -> None:
+        """The alert figure is checked before it is reported (selfcheck: which alert, which series,
+        not before the rule's windows allow, not during warm-up or the control phase)."""
+        cfg, res = self.cfg, self.result
+        attribution = selfcheck.attribute(
+            self.prom,
+            LEAK_ALERT,
+            selfcheck.leak_window(cfg.time_compression),
+            control_start=stack_up,
+            leak_start=leak.start,
+            alert_at=leak.alert_at,
+            role="api_server",
+            step=max(cfg.scrape_interval_s / 2, 0.5),
+        )
+        res.attribution = attribution.as_dict()
+        res.failures += attribution.failures
+
+    def _recovery_phase(self, leak: LeakTimes, pids: list[int]) -> None:
+        """The healer's restart: recovery by phase, memory back near its baseline, the repeats
+        answered without a second restart; a failure when the healer never began."""
+        res = self.result
+        if leak.restart_at is None:
+            res.failures.append(f"no restart within {leak.deadline - leak.start:.0f}s of the leak starting")
+        else:
+            self._recover(leak.alert_at or leak.restart_at, leak.remediation_at, old_pids=pids)
+            res.load_average.append(load_average())
+
+    def _check_phases(self, control_span: tuple[float, float], leak: LeakTimes) -> None:
+        """`leakwatch check` on both phases: NO-LEAK for the control, the injected bytes/request for
+        the leak."""
+        control = self.check(*control_span)
+        leak_check = self.check(leak.start, leak.end)
+        self._evaluate(control, leak_check)
 
     def first_firing(self, expr: str, start: float, end: float) -> float | None:
         """When a series of `expr` first had a sample in [start, end], from Prometheus's history."""
@@ -497,30 +363,27 @@ class Drill:
         times = [float(t) for series in self.prom.query_range(expr, start, end, step) for t, _ in series["values"]]
         return min(times) if times else None
 
-    def _healthy(self) -> bool:
-        try:
-            return requests.get(f"{self.url('vllm')}{ready_path('vllm')}", timeout=5).status_code == 200
-        except requests.RequestException:
-            return False
-
     def _recover(self, alert_at: float, remediation_at: float | None, old_pids: list[int]) -> None:
         res = self.result
         phases = RecoveryPhases(alert_at, remediation_at=remediation_at)
         watcher = PhaseWatcher(
             phases,
             old_pids,
-            vllm_pids=lambda: self.vllm_pids(self.stack),
-            healthy=self._healthy,
-            healer_began=lambda: self.healer_metric("leakwatch_healer_last_restart_timestamp_seconds"),
-            sigterm_to_gone_s=lambda: self.healer_metric("leakwatch_healer_last_drain_duration_seconds"),
+            vllm_pids=self.private_stack.vllm_pids,
+            healthy=self.private_stack.vllm_ready,
+            healer_began=lambda: self.private_stack.healer_metric("leakwatch_healer_last_restart_timestamp_seconds"),
+            sigterm_to_gone_s=lambda: self.private_stack.healer_metric("leakwatch_healer_last_drain_duration_seconds"),
         )
         deadline = time.time() + 600
         try:
             while time.time() < deadline:
                 watcher.poll(time.time())
-                if self.healer_metric("leakwatch_healer_restarts_total", result="success") >= 1 and watcher.ready:
+                if (
+                    self.private_stack.healer_metric("leakwatch_healer_restarts_total", result="success") >= 1
+                    and watcher.ready
+                ):
                     break
-                if self.healer_metric("leakwatch_healer_restarts_total", result="failed") >= 1:
+                if self.private_stack.healer_metric("leakwatch_healer_restarts_total", result="failed") >= 1:
                     res.failures.append("the healer's restart failed (see its log)")
                     return
                 time.sleep(0.5)
@@ -559,7 +422,7 @@ class Drill:
         replies = []
         while time.time() < watch_end:
             if self.episode:
-                replies += self.repeat_notification()
+                replies += self.private_stack.replay_to_healer(self.episode)
             time.sleep(5)
         if not self.episode:
             res.failures.append("no remediation notification captured from Alertmanager to replay")
@@ -568,10 +431,10 @@ class Drill:
         if any(r not in ("duplicate", "handled_by_restart", "cooldown") for r in replies):
             res.failures.append(f"repeated notifications got {sorted(set(replies))}")
         self.say(f"repeated the remediation notification {len(replies)} time(s): {sorted(set(replies))}")
-        res.restarts = int(self.healer_metric("leakwatch_healer_restarts_total", result="success"))
+        res.restarts = int(self.private_stack.healer_metric("leakwatch_healer_restarts_total", result="success"))
         res.notifications = int(
             sum(
-                self.healer_metric("leakwatch_healer_alerts_total", decision=d)
+                self.private_stack.healer_metric("leakwatch_healer_alerts_total", decision=d)
                 for d in ("remediate", "duplicate", "handled_by_restart", "in_progress", "cooldown", "rate_limited")
             )
         )
@@ -579,56 +442,5 @@ class Drill:
             res.failures.append(f"{res.restarts} restarts; exactly one expected (restart storm?)")
 
     def _evaluate(self, control: CheckResult, leak: CheckResult) -> None:
-        cfg, res = self.cfg, self.result
-        res.control = control.as_dict()
-        if control.verdict != "NO-LEAK":
-            res.failures.append(
-                f"control phase verdict {control.verdict}, expected NO-LEAK: "
-                + "; ".join(f"{r.series.key}: {r.reason}" for r in control.series)
-            )
-        rate_leak_phase(res, leak, cfg)
-
-
-def check_phase(prometheus_url: str, cfg: DrillConfig, start: float, end: float) -> CheckResult:
-    """`leakwatch check` over a drill's phase, parsed from its own command line (the same code path)."""
-    return run_check(check_arguments(prometheus_url, cfg, start, end), start, end)
-
-
-def check_arguments(prometheus_url: str, cfg: DrillConfig, start: float, end: float, *extra: str) -> argparse.Namespace:
-    """`leakwatch check`'s arguments for a drill's phase at its scrape interval and compression."""
-    parser = argparse.ArgumentParser()
-    add_check_arguments(parser)
-    return parser.parse_args(
-        [
-            "--prometheus",
-            prometheus_url,
-            "--start",
-            str(start),
-            "--end",
-            str(end),
-            "--step",
-            f"{cfg.scrape_interval_s:g}s",
-            "--time-compression",
-            f"{cfg.time_compression:g}",
-            *extra,
-        ]
-    )
-
-
-def rate_leak_phase(res: DrillResult, leak: CheckResult, cfg: DrillConfig) -> None:
-    """The leak phase as every drill (native or compose) rates it: LEAK for the API server, where the
-    injector keeps its bytes, with a bytes/request estimate within checks.max_estimate_error."""
-    res.leak = leak.as_dict()
-    api = next((r for r in leak.series if r.series.key == "host/api_server"), None)
-    if api is None or api.bytes_per_request.estimate is None or api.request_fit is None:
-        res.failures.append("leak phase: no estimate for host/api_server")
-        return
-    res.estimate_bytes_per_request = api.bytes_per_request.estimate
-    res.estimate_error_pct = 100.0 * abs(api.bytes_per_request.estimate - cfg.bytes_per_request) / cfg.bytes_per_request
-    if api.verdict != "LEAK":
-        res.failures.append(f"leak phase: host/api_server verdict {api.verdict}: {api.reason}")
-    if res.estimate_error_pct > 100 * cfg.max_estimate_error:
-        res.failures.append(
-            f"estimate {api.bytes_per_request.estimate:.0f} B/request is "
-            f"{res.estimate_error_pct:.1f}% off the injected {cfg.bytes_per_request}"
-        )
+        rate_control_phase(self.result, control)
+        rate_leak_phase(self.result, leak, self.cfg)
