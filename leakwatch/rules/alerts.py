@@ -113,9 +113,9 @@ def _running_out(ctx: Context, m: Memory) -> list[Alert]:
     fall over the short runout window it is gone within a horizon, while vLLM's own memory grows
     by at least a share of that fall (not a neighbour's growth). Judged from the exporter's baseline
     plus the profiles' warm-up after ready, so it works minutes after a start or a healer restart."""
-    sec = ctx.t.section(m.section)
+    sec = ctx.thresholds.section(m.section)
     window = sec.dur("runout_window")
-    guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.t.time_scale)
+    guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.thresholds.time_scale)
     vllm_grows = (
         f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_mib_per_hour'))})\n"
         f"  and {m.vllm_rate} >= {m.on} group_left () ({number(sec.num('runout_min_vllm_share'))} * {m.fall_rate})"
@@ -204,7 +204,7 @@ ROLE = "vLLM {{ $labels.role }}{{ with $labels.rank }} rank {{ . }}{{ end }} on 
 
 
 def gpu_alerts(ctx: Context) -> list[Alert]:
-    g = ctx.t.section("gpu")
+    g = ctx.thresholds.section("gpu")
     util = preallocated_share()
     alerts = []
 
@@ -428,7 +428,7 @@ def within_cache_bounds(ctx: Context, labels: list[str]) -> str:
 
 
 def host_alerts(ctx: Context) -> list[Alert]:
-    h = ctx.t.section("host")
+    h = ctx.thresholds.section("host")
     alerts = []
     window_s = h.seconds("leak_window")
     requests = ctx.requests("host", "leak_window")
@@ -552,7 +552,7 @@ def _spare_bounded(spared: str, alerts: list[Alert]) -> list[Alert]:
 
 
 def metrics_alerts(ctx: Context) -> list[Alert]:
-    m = ctx.t.section("metrics")
+    m = ctx.thresholds.section("metrics")
     return [
         Alert(
             "VLLMMetricsCardinalityGrowing",
@@ -587,7 +587,7 @@ def _bucket_share(ctx: Context, histogram: str, le: float, window: str, labels: 
 
 
 def serving_alerts(ctx: Context) -> list[Alert]:
-    s = ctx.t.section("serving")
+    s = ctx.thresholds.section("serving")
     up = ctx.vllm("up")
 
     def processes(role: str) -> str:
@@ -759,7 +759,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
     reg = s.dur("regression_window")
     mean = f"{ctx.model_latency_mean}:mean{reg}"
     served = f"{ctx.model_requests}:increase{reg}"
-    week = format_duration(604800 * ctx.t.time_scale)
+    week = format_duration(604800 * ctx.thresholds.time_scale)
     min_reg = number(s.num("regression_min_requests"))
     alerts.append(
         Alert(
@@ -817,7 +817,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
 
 
 def meta_alerts(ctx: Context) -> list[Alert]:
-    m = ctx.t.section("meta")
+    m = ctx.thresholds.section("meta")
     return [
         Alert(
             "PrometheusRuleFailures",
@@ -841,7 +841,7 @@ def meta_alerts(ctx: Context) -> list[Alert]:
             "Watchdog",
             "none",
             "vector(1)",
-            format_duration(60 * ctx.t.time_scale),
+            format_duration(60 * ctx.thresholds.time_scale),
             "Always firing: proves the path from Prometheus through Alertmanager works.",
             "This alert always fires. Route it to a dead man's switch (a heartbeat that pages when "
             "notifications stop); if it is missing, alerting is broken.",
