@@ -18,7 +18,7 @@ from ..core.alert_config import MIB, number
 from ..core.durations import format_duration
 from ..core.topology import DEPLOYMENT_LABEL
 from ..heal import healer_settings
-from .promql import by, fill, on
+from .promql import by, fill, matcher, on, one_of
 from .recording import Context
 
 # The line between an alert's own condition and the one that keeps it firing (the backtester
@@ -220,13 +220,13 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
 
         branches = [
             f"({ctx.gpu_used} / {ctx.gpu_total} > {level(u)}\n"
-            f"  and {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization={utilization_label(u)!r}'.replace(chr(39), chr(34)))})"
+            f"  and {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', matcher('gpu_memory_utilization', utilization_label(u)))})"
             for u in shares
         ]
-        known = "|".join(utilization_label(u).replace(".", "\\\\.") for u in shares)
+        known = one_of(utilization_label(u) for u in shares)
         branches.append(
             f"({ctx.gpu_used} / {ctx.gpu_total} > {level(util)}\n"
-            f"  unless {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', f'gpu_memory_utilization=~{chr(34)}{known}{chr(34)}')})"
+            f"  unless {ctx.on_host()} {ctx.vllm('vllm:cache_config_info', matcher('gpu_memory_utilization', known, '=~'))})"
         )
         alerts.append(
             Alert(
