@@ -1,206 +1,26 @@
 """Alerting rules: every rule the reference articles document (corrected) plus leak detection that
-works under vLLM, and serving health.
-
-Leak rules share one shape, because vLLM's memory is flat after warm-up and a one-time step (the
-first long request, a new batch shape) must not page:
-  * the growth rate is a low quantile of deriv() over the window's slices (a step lies in one);
-  * normalised per request served in the window, or above the post-warm-up baseline;
-  * windows that reach back to a vLLM (re)start and its warm-up are skipped;
-  * a critical twin forecasts exhaustion at the current growth and is labelled for remediation.
-"""
+works under vLLM, and serving health. What the groups share lives beside this module: an alert's
+shape (alert_rule), the leak rules' conditions (leak_conditions), the fast-leak pair (running_out)
+and what the rules read from the model profiles (profile_values)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..core import profiles as model_profiles
 from ..core.alert_config import MIB, number
 from ..core.durations import format_duration
 from ..core.topology import DEPLOYMENT_LABEL
-from ..heal import healer_settings
+from .alert_rule import CARD, ROLE, SIDE, Alert
+from .leak_conditions import grows_faster, net_growth, still_leaking
+from .profile_values import preallocated_share, profile_shares
 from .promql import by, fill, matcher, on, one_of
 from .recording import Context
-
-# The line between an alert's own condition and the one that keeps it firing (the backtester
-# splits expressions there to replay the hysteresis; Prometheus reads it as a comment).
-KEEP_FIRING_MARKER = "# leakwatch: keeps firing while"
-
-# The fast-leak alerts (time to exhaustion over a short window, from minutes after a start).
-RUNNING_OUT_ALERTS = ("HostMemoryRunningOut", "GPUMemoryRunningOut")
-
-# vLLM's default --gpu-memory-utilization, used when no GPU profile sets one.
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-
-
-@dataclass(frozen=True)
-class Alert:
-    name: str
-    severity: str
-    expr: str
-    for_: str
-    summary: str
-    description: str
-    remediate: bool = False
-    # Hysteresis: once firing, the alert stays firing while this (looser) expression holds, so a
-    # leak that keeps leaking does not flap when its rate dips under a threshold between an
-    # allocator's segments or at night. keep_firing_for does not exist in Debian's Prometheus 2.42,
-    # so the expression reads the alert's own ALERTS series (written at each evaluation).
-    keep_firing_while: str | None = None
-
-    def rule(self, runbook_url: str) -> dict:
-        labels = {"severity": self.severity}
-        if self.remediate:
-            # The label the healer acts on (config/healer.yaml), so rules and healer cannot drift.
-            policy = healer_settings.load()
-            labels[policy.label_name] = policy.label_value
-        expr = self.expr
-        if self.keep_firing_while:
-            own = f'ALERTS{{alertname="{self.name}", alertstate="firing", severity="{self.severity}"}}'
-            expr = (
-                f"{expr}\n{KEEP_FIRING_MARKER}\nor (\n{self.keep_firing_while}\n)"
-                f" and ignoring (alertname, alertstate, {', '.join(labels)}) {own}"
-            )
-        return {
-            "alert": self.name,
-            "expr": expr,
-            "for": self.for_,
-            "labels": labels,
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook_url": f"{runbook_url}#{self.name.lower()}",
-            },
-        }
-
-
-def profile_shares() -> list[float]:
-    """The gpu_memory_utilization of each GPU profile (vLLM's default where one sets none), sorted."""
-    shares = set()
-    for name in model_profiles.available():
-        profile = model_profiles.load(name)
-        if profile.needs_gpu:
-            shares.add(float(profile.vllm.get("gpu_memory_utilization") or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
-    return sorted(shares) or [VLLM_DEFAULT_GPU_MEMORY_UTILIZATION]
-
-
-def preallocated_share() -> float:
-    """The highest gpu_memory_utilization among the GPU profiles (the share vLLM takes at start)."""
-    return max(profile_shares())
-
-
-def warmup_after_ready_s() -> float:
-    """The longest monitoring.warmup_after_ready among the profiles: how long after the exporter's
-    post-warm-up baseline the fast-leak rules still ignore growth (rules serve every profile)."""
-    return max(model_profiles.load(name).warmup_after_ready_s for name in model_profiles.available())
-
-
-@dataclass(frozen=True)
-class Memory:
-    """A memory the fast-leak rules forecast: what is still free, how fast it falls, and vLLM's own."""
-
-    section: str  # config/alerts.yaml section with the runout_* keys
-    alert: str
-    fall_rate: str  # recorded: the free memory's fall in most slices, bytes/s
-    vllm_rate: str  # recorded: vLLM's own memory's growth in most slices, bytes/s
-    free: str  # what is still free, bytes
-    falls: str  # the free memory's fall as deriv() over a whole window, with {window} to fill
-    vllm: str  # vLLM's own memory (recorded), for its whole-window deriv()
-    on: str  # how the free memory joins vLLM's series
-
-
-def _running_out(ctx: Context, m: Memory) -> list[Alert]:
-    """The fast-leak pair of a memory (the host's available memory, a GPU's free memory): at its
-    fall over the short runout window it is gone within a horizon, while vLLM's own memory grows
-    by at least a share of that fall (not a neighbour's growth). Judged from the exporter's baseline
-    plus the profiles' warm-up after ready, so it works minutes after a start or a healer restart."""
-    sec = ctx.thresholds.section(m.section)
-    window = sec.dur("runout_window")
-    guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.thresholds.time_scale)
-    vllm_grows = (
-        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_mib_per_hour'))})\n"
-        f"  and {m.vllm_rate} >= {m.on} group_left () ({number(sec.num('runout_min_vllm_share'))} * {m.fall_rate})"
-    )
-
-    def forecast(runout: str, grows: str, within: float) -> str:
-        # The time to exhaustion takes vLLM's labels (instance, job: whom the healer restarts).
-        return f"{runout}\n  + {m.on} group_right () (0 * (\n  {grows}\n))\n< {number(within)}\nunless {ctx.on_side()} {guard}"
-
-    # Hysteresis: an allocator's staircase moves the slopes of 2-minute slices by half, so once
-    # firing the alert holds while vLLM's memory still grows over the whole window and the free
-    # memory is gone within twice the horizon at the whole window's fall.
-    whole_runout = f"({m.free}) / ({m.falls.format(window=window)} > 0)"
-    whole_grows = f"deriv({m.vllm}[{window}]) > 0"
-    where = {
-        "host": "The memory vLLM can still take on {{ $labels.instance }}"
-        + SIDE
-        + " (available memory and free swap, or "
-        "the container's headroom)",
-        "gpu": "GPU {{ $labels.gpu }}'s free memory on {{ $labels.instance }}" + SIDE,
-    }[m.section]
-    alerts = []
-    for severity, key in (("warning", "runout_warning_within"), ("critical", "runout_critical_within")):
-        alerts.append(
-            Alert(
-                m.alert,
-                severity,
-                forecast(f"({m.free}) / ({m.fall_rate} > 0)", vllm_grows, sec.seconds(key)),
-                sec.dur("runout_for"),
-                {"host": "The host's available memory", "gpu": "A GPU's memory"}[m.section]
-                + " runs out soon, and vLLM's own memory is what grows.",
-                fill(
-                    f"{where} is gone in {{{{ $value | humanizeDuration }}}} at its fall over the last <window>, and "
-                    "vLLM's processes grow by at least <share> of that fall. A leak this fast exhausts the memory "
-                    "before the slower leak rules have a settled window."
-                    + (
-                        " The healer drains and restarts vLLM before the out-of-memory kill."
-                        if severity == "critical"
-                        else ""
-                    ),
-                    window=window,
-                    share=f"{sec.num('runout_min_vllm_share'):.0%}",
-                ),
-                remediate=severity == "critical",
-                keep_firing_while=forecast(whole_runout, whole_grows, 2 * sec.seconds(key)),
-            )
-        )
-    return alerts
+from .running_out import Memory, running_out_alerts
 
 
 def utilization_label(share: float) -> str:
     """gpu_memory_utilization as vLLM's vllm:cache_config_info label writes it (Python's str())."""
     return str(float(share))
-
-
-def _growing(rate_series: str, min_rate: float) -> str:
-    return f"({rate_series} > {number(min_rate)})"
-
-
-def _still_leaking(
-    ctx: Context, sec, value: str, low_growths: list[str], released: str, restarted: str, per_host: bool = False
-) -> str:
-    """Hysteresis for a firing leak alert: its figure (`value`, so the notification still says what
-    the alert measures) while the lows still rise over any of the given windows, the memory gave
-    nothing back, and vLLM was not restarted (`restarted` per side, or per host for a card's)."""
-    rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
-    return (
-        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
-        f"unless {ctx.on_host() if per_host else ctx.on_side()} {restarted}"
-    )
-
-
-def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
-    """The lows rose across the window, and (for windows shorter than a release period) the memory
-    gave nothing back lately: a sawtooth of creep and release is not a leak."""
-    text = f"and {on}({low_growth} > {number(sec.num('lows_min_growth_mib') * MIB)})\n"
-    if released:
-        text += f"unless {on}({released} > {number(sec.num('release_min_mib') * MIB)})\n"
-    return text
-
-
-CARD = "GPU {{ $labels.gpu }} ({{ $labels.modelName }}) on {{ $labels.Hostname }}"
-# The canary's side, where the series carry one (docs/canary.md); nothing without a canary.
-SIDE = f"{{{{ with $labels.{DEPLOYMENT_LABEL} }}}} ({{{{ . }}}} deployment){{{{ end }}}}"
-ROLE = "vLLM {{ $labels.role }}{{ with $labels.rank }} rank {{ . }}{{ end }} on {{ $labels.instance }}" + SIDE
 
 
 def gpu_alerts(ctx: Context) -> list[Alert]:
@@ -259,10 +79,10 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryLeakSuspected",
             "warning",
             f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}\n> {per_request}\n"
-            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({card_fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-            + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
+            + net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
@@ -278,8 +98,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryLeakSuspected",
             "critical",
             f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
-            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
+            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            + net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
             "A GPU's memory grows with every request: a leak, not a one-time step.",
@@ -297,10 +117,10 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "warning",
             f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
             f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
-            f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
+            f"and {grows_faster(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
-            + _net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
+            + net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
             + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu', per_host=True)}",
             g.dur("slow_for"),
             "A GPU's memory grows slowly but steadily with the requests served.",
@@ -317,10 +137,10 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUProcessMemoryLeak",
             "warning",
             f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}\n> {per_request}\n"
-            f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {grows_faster(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
             f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
             f"and {ctx.on_side()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
-            + _net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
+            + net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
             + f"unless {ctx.on_side()} {restarted}",
             g.dur("fast_for"),
             "A vLLM process's GPU memory grows with every request.",
@@ -338,8 +158,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "warning",
             f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
             f"and on (instance, job, gpu) "
-            f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
-            + _net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
+            f"{grows_faster(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+            + net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
             + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
             f"unless {ctx.on_side()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
             g.dur("retention_for"),
@@ -357,7 +177,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
         )
     )
     used = ctx.exporter("leakwatch_gpu_memory_used_bytes")
-    alerts += _running_out(
+    alerts += running_out_alerts(
         ctx,
         Memory(
             "gpu",
@@ -372,7 +192,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     )
     card_lows = [ctx.gpu_low_growth_fast, ctx.gpu_low_growth_slow]
     keep = {
-        ("GPUMemoryLeakSuspected", "warning"): _still_leaking(
+        ("GPUMemoryLeakSuspected", "warning"): still_leaking(
             ctx,
             g,
             f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}",
@@ -382,7 +202,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             per_host=True,
         ),
         # (The critical twins have none: the healer acts on their first firing.)
-        ("GPUMemoryGrowthPerRequest", "warning"): _still_leaking(
+        ("GPUMemoryGrowthPerRequest", "warning"): still_leaking(
             ctx,
             g,
             f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}",
@@ -391,7 +211,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ctx.restarted_within(slow_s, "gpu", per_host=True),
             per_host=True,
         ),
-        ("GPUProcessMemoryLeak", "warning"): _still_leaking(
+        ("GPUProcessMemoryLeak", "warning"): still_leaking(
             ctx,
             g,
             f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}",
@@ -399,7 +219,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             ctx.gpu_process_released,
             restarted,
         ),
-        ("VRAMRetentionHigh", "warning"): _still_leaking(
+        ("VRAMRetentionHigh", "warning"): still_leaking(
             ctx,
             g,
             ctx.exporter("leakwatch_vram_retention_ratio"),
@@ -433,7 +253,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
     window_s = h.seconds("leak_window")
     requests = ctx.requests("host", "leak_window")
     restarted = ctx.restarted_within(window_s, "host")
-    growing = _growing(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_mib_per_hour"))
+    growing = grows_faster(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_mib_per_hour"))
     above_baseline = (
         f"on (instance, job, role) "
         f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.num('leak_min_growth_since_baseline_mib') * MIB)})"
@@ -446,7 +266,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"and {growing}\n"
             f"and {above_baseline}\n"
             f"and {ctx.on_side()} ({requests} >= {number(h.num('leak_min_requests'))})\n"
-            + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
+            + net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
             + f"unless {ctx.on_side()} {restarted}",
             h.dur("leak_for"),
             "A vLLM process's host memory (anonymous + swap) grows with the requests it serves.",
@@ -465,7 +285,7 @@ def host_alerts(ctx: Context) -> list[Alert]:
             f"  < {number(h.seconds('exhaustion_critical_within'))}\n"
             f"and {growing}\n"
             f"and {above_baseline}\n"
-            + _net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
+            + net_growth(h, ctx.process_memory_low_growth, ctx.process_memory_released)
             + f"unless {ctx.on_side()} {restarted}\n"
             # A declared cache still filling within its bound, with room for the rest: not a leak
             # to restart (the warning above still tells people that it grows).
@@ -479,14 +299,14 @@ def host_alerts(ctx: Context) -> list[Alert]:
         )
     )
     per_request = f"{ctx.process_memory_deriv} * {number(window_s)}\n  / {ctx.on_side()} group_left () {requests}"
-    still = _still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
+    still = still_leaking(ctx, h, per_request, [ctx.process_memory_low_growth], ctx.process_memory_released, restarted)
     alerts = [replace(a, keep_firing_while=still) if a.severity == "warning" else a for a in alerts]
 
     # The fast pair's critical twin spares vLLM the same way (summed over its roles): a cache that
     # fills fast but levels off within what the host can give runs nothing out.
     alerts += _spare_bounded(
         within_cache_bounds(ctx, []),
-        _running_out(
+        running_out_alerts(
             ctx,
             Memory(
                 "host",
