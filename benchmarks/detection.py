@@ -25,7 +25,7 @@ import time
 
 from leakwatch.backtest.scenario_run import ARTICLES, OURS, Outcome, run_scenario
 from leakwatch.core.shutdown import unwind_on_sigterm
-from leakwatch.rules.alerts import RUNNING_OUT_ALERTS
+from leakwatch.rules.running_out import RUNNING_OUT_ALERTS
 from leakwatch.scenarios import library
 
 

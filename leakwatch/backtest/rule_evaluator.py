@@ -8,7 +8,7 @@ evaluation: a label set present in the result becomes pending at that evaluation
 been present for `for:`, and a pending alert that misses one evaluation starts over.
 
 Alerts with hysteresis (`<condition> # leakwatch: keeps firing while / or (<hold>) and ... ALERTS{...}`,
-as leakwatch.rules.alerts writes them) read their own ALERTS series, which a range query cannot
+as leakwatch.rules.alert_rule writes them) read their own ALERTS series, which a range query cannot
 see: both parts are range-queried and an alert keeps firing at an evaluation where its condition
 is gone but the hold holds, as the rule manager's ALERTS series (written at the evaluation before)
 makes it.
@@ -27,7 +27,7 @@ from ..core.durations import parse_duration
 from ..core.errors import LeakwatchError
 from ..core.metric_catalogue import metric_names
 from ..core.promapi import Prometheus
-from ..rules.alerts import KEEP_FIRING_MARKER
+from ..rules.alert_rule import KEEP_FIRING_MARKER
 from .openmetrics import BlockFiles, write_matrix
 from .tsdb import TSDBServer, create_blocks
 

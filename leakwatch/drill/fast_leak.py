@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from ..core import alert_config
-from ..rules.alerts import warmup_after_ready_s
+from ..rules.profile_values import warmup_after_ready_s
 from .load import CpuHog, load_average
 from .orchestrator import Drill, DrillResult
 from .private_stack import pss_total

@@ -19,27 +19,27 @@ from .promql import by, on, sel
 class Context:
     """Thresholds plus the recorded-series names and selectors every rule module uses."""
 
-    t: Thresholds
+    thresholds: Thresholds
 
     # -- selectors -----------------------------------------------------------------------------
 
     def vllm(self, metric: str, *matchers: str) -> str:
-        return sel(metric, self.t.selector("vllm"), *matchers)
+        return sel(metric, self.thresholds.selector("vllm"), *matchers)
 
     def node(self, metric: str) -> str:
-        return sel(metric, self.t.selector("node"))
+        return sel(metric, self.thresholds.selector("node"))
 
     def dcgm(self, metric: str) -> str:
-        return sel(metric, self.t.selector("dcgm"))
+        return sel(metric, self.thresholds.selector("dcgm"))
 
     def exporter(self, metric: str, *matchers: str) -> str:
-        return sel(metric, self.t.selector("exporter"), *matchers)
+        return sel(metric, self.thresholds.selector("exporter"), *matchers)
 
     @property
     def host(self) -> list[str]:
         """One serving host: what the node exporter's and DCGM's series (memory and cards the
         host's vLLMs share) are judged and joined by."""
-        return self.t.host_labels
+        return self.thresholds.host_labels
 
     def by_host(self, *extra: str) -> str:
         return by(self.host + list(extra))
@@ -70,7 +70,7 @@ class Context:
         there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
         process_start_time_seconds does not (multi-API-server mode serves no process_* series).
         Per side (join it `on_side()`); per_host: any vLLM of the host (a card's rules, `on_host()`)."""
-        return self.started_within(window_s + self.t.warmup_s(warmup), per_host)
+        return self.started_within(window_s + self.thresholds.warmup_s(warmup), per_host)
 
     def started_within(self, span_s: float, per_host: bool = False) -> str:
         """Non-empty while vLLM (re)started less than span_s ago, as restarted_within says it."""
@@ -108,12 +108,12 @@ class Context:
 
     def slice(self, section: str, window_key: str, slices_key: str) -> tuple[str, str]:
         """(window, slice) durations of a leak detector."""
-        sec = self.t.section(section)
+        sec = self.thresholds.section(section)
         return sec.dur(window_key), sec.dur(window_key, 1 / sec.slices(slices_key))
 
     def slice_rate_name(self, series: str, section: str, window_key: str, slices_key: str) -> str:
         window, piece = self.slice(section, window_key, slices_key)
-        return f"{series}:deriv{piece}_p{round(100 * self.t.slice_quantile)}_{window}"
+        return f"{series}:deriv{piece}_p{round(100 * self.thresholds.slice_quantile)}_{window}"
 
     def slice_rate_expr(self, source: str, section: str, window_key: str, slices_key: str, falling=False) -> str:
         """A low quantile of deriv() over the window's slices: a growth rate one step cannot fake.
@@ -122,8 +122,8 @@ class Context:
         falls in most slices (the same quantile of its fall, as a positive number)."""
         window, piece = self.slice(section, window_key, slices_key)
         slopes = f"deriv({source}[{piece}])[{window}:{piece}]"
-        q = self.t.slice_quantile
-        slices = self.t.section(section).slices(slices_key)
+        q = self.thresholds.slice_quantile
+        slices = self.thresholds.section(section).slices(slices_key)
         quantile = (
             f"-quantile_over_time({number(1 - q)}, {slopes})"
             if falling
@@ -133,10 +133,10 @@ class Context:
 
     def fall_rate_name(self, series: str, section: str, window_key: str, slices_key: str) -> str:
         window, piece = self.slice(section, window_key, slices_key)
-        return f"{series}:fall{piece}_p{round(100 * self.t.slice_quantile)}_{window}"
+        return f"{series}:fall{piece}_p{round(100 * self.thresholds.slice_quantile)}_{window}"
 
     def low_growth_name(self, series: str, section: str, window_key: str) -> str:
-        window = self.t.section(section).dur(window_key)
+        window = self.thresholds.section(section).dur(window_key)
         return f"{series}:low_growth_{window}"
 
     def low_growth_expr(self, source: str, section: str, window_key: str, consecutive: bool = False) -> str:
@@ -147,7 +147,7 @@ class Context:
         Plain: the low of the last third minus the low of the first. Consecutive: twice the smaller
         of the two rises between neighbouring thirds, so a release in any third (a sawtooth of up to
         two thirds' period) or a one-time step (one rise only) keeps it low."""
-        sec = self.t.section(section)
+        sec = self.thresholds.section(section)
         third = sec.dur(window_key, 1 / 3)
         lows = [
             f"min_over_time({source}[{third}]{f' offset {sec.dur(window_key, k / 3)}' if k else ''})" for k in range(3)
@@ -158,14 +158,16 @@ class Context:
         return f"2 * (\n  {newer}\n  <= {older}\n  or {older}\n)"
 
     def released_name(self, series: str, section: str, slices_key: str, window_key: str) -> str:
-        lookback = self.t.section(section).dur("release_lookback")
-        piece = self.t.section(section).dur(window_key, 1 / self.t.section(section).slices(slices_key))
+        lookback = self.thresholds.section(section).dur("release_lookback")
+        piece = self.thresholds.section(section).dur(
+            window_key, 1 / self.thresholds.section(section).slices(slices_key)
+        )
         return f"{series}:fall{piece}_max_{lookback}"
 
     def released_expr(self, source: str, section: str, slices_key: str, window_key: str) -> str:
         """The largest fall within one slice over the release lookback: memory that was given back
         recently is a cache or a heap that releases, and its next rise is not a leak's growth."""
-        sec = self.t.section(section)
+        sec = self.thresholds.section(section)
         lookback = sec.dur("release_lookback")
         n = sec.slices(slices_key)
         piece, half = sec.dur(window_key, 1 / n), sec.dur(window_key, 0.5 / n)
@@ -253,7 +255,7 @@ class Context:
 
     def requests(self, section: str, key: str) -> str:
         """Requests each side served in the window (join it `on_side()`)."""
-        return self.requests_name(self.t.section(section).dur(key))
+        return self.requests_name(self.thresholds.section(section).dur(key))
 
     def host_requests(self, section: str, key: str) -> str:
         """Requests all sides of a host served in the window: what a card's growth is divided by
@@ -262,8 +264,8 @@ class Context:
 
 
 def recording_rules(ctx: Context) -> list[dict]:
-    t = ctx.t
-    gpu, host, serving = t.section("gpu"), t.section("host"), t.section("serving")
+    thresholds = ctx.thresholds
+    gpu, host, serving = thresholds.section("gpu"), thresholds.section("host"), thresholds.section("serving")
     rules: list[dict] = []
 
     def record(name: str, expr: str) -> None:

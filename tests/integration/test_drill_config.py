@@ -141,7 +141,7 @@ def test_the_fast_leak_variant_exhausts_its_headroom_within_the_hour():
     (a fast leak, yet later than the rule's window, warm-up and `for`), and its compression leaves
     the fast rules at least four scrapes per slice."""
     from leakwatch.core import alert_config
-    from leakwatch.rules.alerts import warmup_after_ready_s
+    from leakwatch.rules.profile_values import warmup_after_ready_s
 
     fast = drill_settings.load().as_fast_leak()
     assert fast.control_span_s == 0
