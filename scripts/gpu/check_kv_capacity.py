@@ -12,8 +12,8 @@ arguments the stack renders, waits until it is healthy, reads vLLM's own figures
 
 It prints one line per profile with the ratios and exits 1 when a KV ratio is off by more than
 --tolerance, so a profile whose numbers have drifted (a new vLLM, another card) is noticed. Fix it
-by correcting hardware.gpu_memory_gib, or by setting the profile's planner.cuda_graph_gib /
-planner.non_torch_gib to what vLLM logged. Not run in CI (no GPU there); see docs/planner.md.
+by correcting hardware.gpu_memory_gib, or by setting the profile's capacity.cuda_graph_gib /
+capacity.non_torch_gib to what vLLM logged. Not run in CI (no GPU there); see docs/capacity.md.
 
   python scripts/gpu/check_kv_capacity.py                       # every GPU profile, one by one
   python scripts/gpu/check_kv_capacity.py janeway-13b-4090d --models-dir /srv/models

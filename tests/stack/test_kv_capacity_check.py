@@ -39,8 +39,8 @@ def test_a_drifted_plan_is_reported(native_stack, tmp_path):
     """Pretend the profile promised twice the KV space: the script must fail, naming the ratio."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import check_kv_capacity as c; "
-        "from leakwatch import capacity; real = planner.plan; "
-        "capacity.plan = lambda p: __import__('dataclasses').replace(real(p), kv_tokens=2 * real(p).kv_tokens); "
+        "from leakwatch.capacity import planner; real = planner.plan; "
+        "planner.plan = lambda p: __import__('dataclasses').replace(real(p), kv_tokens=2 * real(p).kv_tokens); "
         "raise SystemExit(c.main(['demo', '--url', sys.argv[2]]))"
     )
     result = subprocess.run(
