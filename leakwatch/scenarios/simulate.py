@@ -13,8 +13,7 @@ import calendar
 import math
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 from ..core.settings import load as load_settings
 from ..core.topology import compose_target
@@ -24,6 +23,7 @@ from ..exporter.derived import DerivedState, Sample
 from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from .model import GIB, MIB, ROLES, Scenario
+from .simulation_result import GPU_OUT_OF_MEMORY, HEALER_RESTART, HOST_OUT_OF_MEMORY, SimulationResult, Sink
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
@@ -39,49 +39,6 @@ RECORD_LONG_REQUESTS = (1, 10)
 # Resident file pages (libraries, mmapped weights) per process: RSS minus them is the anonymous part.
 FILE_BACKED_BYTES = 240 * MIB
 SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
-# Event texts the bench reads: where the memory ran out, and the healer's restarts.
-GPU_OUT_OF_MEMORY = "GPU out of memory: vLLM crashes and is restarted"
-HOST_OUT_OF_MEMORY = "host out of memory: the OOM killer ends vLLM, which is restarted"
-HEALER_RESTART = "the healer drains and restarts vLLM"
-
-
-class Sink(Protocol):
-    def tick(self, ts: float, samples: list[tuple[str, float]]) -> None: ...
-
-
-@dataclass
-class SimulationResult:
-    name: str
-    start: float
-    end: float
-    resolution_s: float
-    leak_start: float | None = None  # first tick at which a leak retained memory
-    events: list[tuple[float, str]] = field(default_factory=list)
-    gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
-    gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)  # card 0, each tick
-    # Requests finished since the scenario started (across restarts), each tick: detection is
-    # also measured in requests served after the leak start.
-    requests_served: list[tuple[float, float]] = field(default_factory=list)
-
-    def requests_between(self, since: float, until: float) -> float:
-        """Requests finished in (since, until]."""
-
-        def at(ts: float) -> float:
-            served = 0.0
-            for t, total in self.requests_served:
-                if t > ts:
-                    break
-                served = total
-            return served
-
-        return at(until) - at(since)
-
-    def first_event(self, texts: tuple[str, ...], after: float) -> float | None:
-        """When the first of these events happened at or after `after`."""
-        return min((t for t, text in self.events if text in texts and t >= after), default=None)
-
-    def out_of_memory_after(self, after: float) -> float | None:
-        return self.first_event((GPU_OUT_OF_MEMORY, HOST_OUT_OF_MEMORY), after)
 
 
 _series_cache: dict = {}
