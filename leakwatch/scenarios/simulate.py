@@ -24,6 +24,7 @@ from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from .model import GIB, MIB, ROLES, Scenario
 from .simulation_result import GPU_OUT_OF_MEMORY, HEALER_RESTART, HOST_OUT_OF_MEMORY, SimulationResult, Sink
+from .traffic_model import TrafficModel, poisson
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
@@ -53,18 +54,6 @@ def series(name: str, labels: dict) -> str:
         text = f"{name}{{{body}}}" if body else name
         _series_cache[key] = text
     return text
-
-
-def poisson(rng: random.Random, lam: float) -> int:
-    if lam <= 0:
-        return 0
-    if lam > 30:
-        return max(0, int(round(rng.gauss(lam, math.sqrt(lam)))))
-    limit, k, p = math.exp(-lam), 0, rng.random()
-    while p > limit:
-        k += 1
-        p *= rng.random()
-    return k
 
 
 class Histogram:
@@ -131,9 +120,8 @@ class Simulator:
         self._texts: dict = {}
         self.ranks = [str(i) for i in range(scenario.gpu.count if scenario.gpu else 1)]
         self.restarts = 0
-        self.preemptions_seen = 0.0
-        self.burst_until = -1.0
-        self.next_burst = self._next_burst(self.start)
+        # One random stream for every model: the order of their draws is part of what a seed gives.
+        self.traffic = TrafficModel(scenario, self.rng, self.start)
         self.wander_phase = self.rng.uniform(0, 2 * math.pi)
         # The release timer runs from an arbitrary moment, not from the hour.
         period = scenario.noise.sawtooth_period_s
@@ -209,27 +197,6 @@ class Simulator:
         self.long_seen = 0
         self.sawtooth = {target: 0.0 for target in self.sc.noise.sawtooth_mib_per_request}  # MiB
 
-    def _next_burst(self, t: float) -> float:
-        per_day = self.sc.traffic.bursts_per_day
-        return t + self.rng.expovariate(per_day / 86400) if per_day > 0 else math.inf
-
-    # -- traffic ---------------------------------------------------------------------------------
-
-    def _burst_rate(self) -> float:
-        """Requests per second during a burst (each client sends its next request at once)."""
-        tr = self.sc.traffic
-        e2e = tr.ttft_median_s * 2 + (sum(tr.output_tokens) / 2) * tr.itl_median_s
-        return tr.burst_concurrency / e2e
-
-    def _rate(self, t: float) -> float:
-        """Background arrivals per second: the daily total minus what the bursts bring."""
-        tr = self.sc.traffic
-        per_day = tr.requests_per_day - tr.bursts_per_day * tr.burst_minutes * 60 * self._burst_rate()
-        hour = (t % 86400) / 3600
-        return (
-            max(0.0, per_day) / 86400 * (1 + tr.diurnal_amplitude * math.cos(2 * math.pi * (hour - tr.peak_hour) / 24))
-        )
-
     # -- one scrape --------------------------------------------------------------------------------
 
     def run(self, sink: Sink) -> SimulationResult:
@@ -241,7 +208,6 @@ class Simulator:
 
     def step(self, t: float) -> list[tuple[str, float]]:
         sc, rng, dt = self.sc, self.rng, self.dt
-        tr = sc.traffic
         if sc.daily_restart_hour is not None:
             boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
             if t - dt < boundary <= t and t - self.process_start > 3600:
@@ -252,24 +218,8 @@ class Simulator:
         ready = t >= self.ready_at
         starting_share = 1.0 if ready else max(0.0, (t - self.process_start) / sc.restart_downtime_s)
 
-        # Requests finished during this tick, and what was running at the scrape.
-        n = long = 0
-        running = waiting = 0.0
-        in_burst = False
-        mean_e2e = (sum(tr.output_tokens) / 2) * tr.itl_median_s + tr.ttft_median_s
-        if ready:
-            if t >= self.next_burst:
-                self.burst_until = t + tr.burst_minutes * 60
-                self.next_burst = self._next_burst(t)
-            in_burst = t < self.burst_until
-            lam = self._rate(t) * dt + (self._burst_rate() * dt if in_burst else 0.0)
-            clump = max(1, tr.clump_size)
-            n = clump * poisson(rng, lam / clump)
-            long = sum(1 for _ in range(min(n, 200)) if rng.random() < tr.long_request_share)
-            base_running = poisson(rng, self._rate(t) * mean_e2e)
-            running = base_running + (tr.burst_concurrency if in_burst else 0)
-            waiting = max(0.0, running - sc.max_num_seqs)
-            running = min(running, sc.max_num_seqs)
+        traffic = self.traffic.tick(t, dt, ready)
+        n, long, running, waiting = traffic.n, traffic.long, traffic.running, traffic.waiting
         samples: list[tuple[str, float]] = []
         add = samples.append
         leak_started = False
@@ -329,7 +279,7 @@ class Simulator:
         # vLLM's /metrics (only once it answers).
         add((self.tx("up", VLLM), 1.0 if ready else 0.0))
         if ready:
-            self._serve(t, n, running, waiting, in_burst)
+            self._serve(t, n, running, waiting, traffic.in_burst)
             labels = self.model_labels
             for reason in FINISHED_REASONS:
                 add((self.tx("vllm:request_success_total", labels, "finished_reason", reason), self.counters[reason]))
