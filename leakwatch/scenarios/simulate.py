@@ -13,7 +13,6 @@ import calendar
 import math
 import random
 import time
-from dataclasses import dataclass
 
 from ..core.settings import load as load_settings
 from ..core.topology import compose_target
@@ -22,7 +21,8 @@ from ..core.topology import compose_target
 from ..exporter.derived import DerivedState, Sample
 from ..exporter.vllm_scrape import VllmStats
 from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
-from .model import GIB, MIB, ROLES, Scenario
+from .memory_model import MemoryModel
+from .model import MIB, ROLES, Scenario
 from .simulation_result import GPU_OUT_OF_MEMORY, HEALER_RESTART, HOST_OUT_OF_MEMORY, SimulationResult, Sink
 from .traffic_model import TrafficModel, poisson
 
@@ -35,8 +35,6 @@ NODE = compose_target(_SETTINGS, "node_exporter")
 DCGM = compose_target(_SETTINGS, "dcgm_exporter")
 EXPORTER = compose_target(_SETTINGS, "leakwatch_exporter")
 HOSTNAME = "gpu-host"
-# The first and the tenth long request after a start set new records for the allocator's segments.
-RECORD_LONG_REQUESTS = (1, 10)
 # Resident file pages (libraries, mmapped weights) per process: RSS minus them is the anonymous part.
 FILE_BACKED_BYTES = 240 * MIB
 SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
@@ -93,19 +91,6 @@ class Histogram:
         return out
 
 
-@dataclass
-class _Process:
-    """One vLLM process (per role and rank): its memory parts."""
-
-    role: str
-    rank: str
-    base: float
-    offset: float = 0.0  # allocator/heap wander (bytes)
-    plateau: float = 0.0
-    leak_hot: float = 0.0  # leaked and still resident
-    swap: float = 0.0  # leaked and swapped out
-
-
 class Simulator:
     def __init__(self, scenario: Scenario, resolution_s: float = 60.0):
         self.sc = scenario
@@ -122,10 +107,7 @@ class Simulator:
         self.restarts = 0
         # One random stream for every model: the order of their draws is part of what a seed gives.
         self.traffic = TrafficModel(scenario, self.rng, self.start)
-        self.wander_phase = self.rng.uniform(0, 2 * math.pi)
-        # The release timer runs from an arbitrary moment, not from the hour.
-        period = scenario.noise.sawtooth_period_s
-        self.sawtooth_phase = self.rng.uniform(0, period) if period else 0.0
+        self.memory = MemoryModel(scenario, self.rng, self.dt, self.start, self.ranks, self.result.events)
         self.total_served = 0.0
         # The exporter's own derived-state code (baseline, retention, restarts), fed what it would
         # sample, so the backtester judges the rules against the exporter we ship.
@@ -184,18 +166,7 @@ class Simulator:
             "vllm:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
             "vllm:e2e_request_latency_seconds": Histogram(E2E_BUCKETS),
         }
-        host = sc.host
-        self.procs = [
-            _Process(role, rank, host.base_rss_bytes[role])
-            for role in ROLES
-            for rank in (self.ranks if role == "worker" else [""])
-        ]
-        self.gpu_offset = [0.0] * len(self.ranks)
-        self.gpu_leaked = [0.0] * len(self.ranks)
-        self.gpu_steps_done = 0
-        self.gpu_warm = False
-        self.long_seen = 0
-        self.sawtooth = {target: 0.0 for target in self.sc.noise.sawtooth_mib_per_request}  # MiB
+        self.memory.restart()
 
     # -- one scrape --------------------------------------------------------------------------------
 
@@ -207,7 +178,7 @@ class Simulator:
         return self.result
 
     def step(self, t: float) -> list[tuple[str, float]]:
-        sc, rng, dt = self.sc, self.rng, self.dt
+        sc, dt = self.sc, self.dt
         if sc.daily_restart_hour is not None:
             boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
             if t - dt < boundary <= t and t - self.process_start > 3600:
@@ -225,45 +196,22 @@ class Simulator:
         leak_started = False
         gpu_used: list[float] = []
         if ready:
-            self._sawtooth_step(t, n)
+            self.memory.sawtooth_step(t, n)
         self.total_served += n
         self.result.requests_served.append((t, self.total_served))
         if sc.gpu:
-            gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
+            gpu_used, leaked = self.memory.gpu_step(t, ready, n, running, long, starting_share)
             leak_started |= leaked
             if ready and any(u >= sc.gpu.total_mib for u in gpu_used):
                 self.result.events.append((t, GPU_OUT_OF_MEMORY))
                 self._start_process(t, "vLLM restarts after the crash")
                 return self.step(t)
         if ready:
-            leak_started |= self._host_step(t, n, long)
-        self.long_seen += long
-        noise = sc.noise
-
-        def rss(p: _Process) -> float:
-            if not ready:
-                return p.base * (0.3 + 0.7 * starting_share)
-            uptime = t - self.ready_at
-            warm = noise.host_warmup_mib.get(p.role, 0.0) * MIB * (1 - math.exp(-uptime / noise.host_warmup_tau_s))
-            load = noise.host_per_running_kib.get(p.role, 0.0) * 1024 * running
-            jitter = rng.uniform(-1, 1) * noise.host_jitter_mib * MIB
-            shape = (self.sawtooth.get(p.role, 0.0) + self._step_mib(t, p.role)) * MIB
-            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter + shape
-
-        rss_now = {(p.role, p.rank): rss(p) for p in self.procs}
-        swap_now = {(p.role, p.rank): p.swap for p in self.procs}
-        host = sc.host
-        used_by_vllm = sum(rss_now.values())
-        swapped = sum(swap_now.values())
-        wander = 256 * MIB * math.sin(2 * math.pi * (t - self.start) / 86400 + self.wander_phase)
-        available = host.mem_total_bytes - host.other_used_bytes - used_by_vllm + wander
-        swap_free = max(0.0, host.swap_total_bytes - swapped - 64 * MIB) if host.swap_total_bytes else 0.0
-        pss_now = {k: max(0.0, v - 180 * MIB) for k, v in rss_now.items()}
-        cgroup_usage = used_by_vllm + 1 * GIB
-        oom = available + max(0.0, swap_free) <= 0 or (
-            host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes
-        )
-        if ready and oom:
+            leak_started |= self.memory.host_step(t, n, long)
+        self.memory.count_long_requests(long)
+        mem = self.memory.host_state(t, ready, starting_share, running, self.ready_at)
+        rss_now, swap_now, pss_now, cgroup_usage = mem.rss, mem.swap, mem.pss, mem.cgroup_usage
+        if ready and mem.out_of_memory:
             self.result.events.append((t, HOST_OUT_OF_MEMORY))
             self._start_process(t, "vLLM restarts after the OOM kill")
             return self.step(t)
@@ -335,99 +283,13 @@ class Simulator:
 
         # node exporter.
         add((self.tx("up", NODE), 1.0))
-        add((self.tx("node_memory_MemTotal_bytes", NODE), host.mem_total_bytes))
-        add((self.tx("node_memory_MemAvailable_bytes", NODE), round(available)))
-        add((self.tx("node_memory_SwapTotal_bytes", NODE), host.swap_total_bytes))
-        add((self.tx("node_memory_SwapFree_bytes", NODE), round(swap_free)))
+        add((self.tx("node_memory_MemTotal_bytes", NODE), sc.host.mem_total_bytes))
+        add((self.tx("node_memory_MemAvailable_bytes", NODE), round(mem.available)))
+        add((self.tx("node_memory_SwapTotal_bytes", NODE), sc.host.swap_total_bytes))
+        add((self.tx("node_memory_SwapFree_bytes", NODE), round(mem.swap_free)))
 
         self._exporter(t, add, ready, running + waiting, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
         return samples
-
-    def _sawtooth_step(self, t: float, n: int) -> None:
-        """Creep with the requests served; fall back to the plateau when the release timer fires."""
-        noise = self.sc.noise
-        period = noise.sawtooth_period_s
-        if not period:
-            return
-        since = t - self.start - self.sawtooth_phase
-        released = math.floor(since / period) != math.floor((since - self.dt) / period)
-        for target, per_request in noise.sawtooth_mib_per_request.items():
-            if released:
-                self.sawtooth[target] = 0.0
-            else:
-                self.sawtooth[target] = min(noise.sawtooth_cap_mib, self.sawtooth[target] + n * per_request)
-
-    def _step_mib(self, t: float, target: str) -> float:
-        noise = self.sc.noise
-        if noise.step_at_s and t - self.start >= noise.step_at_s:
-            return noise.step_mib.get(target, 0.0)
-        return 0.0
-
-    def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
-        """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
-        sc, rng, g, noise = self.sc, self.rng, self.sc.gpu, self.sc.noise
-        leaked = False
-        if ready and n > 0:
-            self.gpu_warm = True
-        for step_mib, threshold in zip(noise.gpu_plateau_mib, RECORD_LONG_REQUESTS):
-            if self.long_seen < threshold <= self.long_seen + long:
-                self.gpu_steps_done += 1
-                self.result.events.append((t, f"record-long request: allocator step of {step_mib:.0f} MiB"))
-        used_now = []
-        for i in range(len(self.ranks)):
-            if ready and (n > 0 or running > 0) and rng.random() < noise.gpu_events_per_hour * self.dt / 3600:
-                size = rng.uniform(*noise.gpu_event_mib)
-                cap = noise.gpu_event_cap_mib
-                up = rng.random() < 0.5 * (1 - self.gpu_offset[i] / cap)
-                self.gpu_offset[i] = max(-cap, min(cap, self.gpu_offset[i] + (size if up else -size)))
-            for leak in sc.leaks:
-                if leak.target == "gpu" and t - self.start >= leak.start_s and n:
-                    self.gpu_leaked[i] += n * leak.bytes_per_request / MIB
-                    leaked = True
-            ready_used = g.ready_used_mib()
-            if ready:
-                # DCGM sees reserved segments, not the bytes inside them.
-                saw = self.sawtooth.get("gpu", 0.0)
-                seg = noise.sawtooth_segment_mib
-                shown_saw = math.ceil(saw / seg) * seg if seg and saw else saw
-                segment = max((leak.segment_mib for leak in sc.leaks if leak.target == "gpu"), default=0.0)
-                leaked_mib = self.gpu_leaked[i]
-                shown_leak = math.ceil(leaked_mib / segment) * segment if segment and leaked_mib else leaked_mib
-                used = (
-                    ready_used
-                    + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
-                    + sum(noise.gpu_plateau_mib[: self.gpu_steps_done])
-                    + self.gpu_offset[i]
-                    + shown_leak
-                    + shown_saw
-                    + self._step_mib(t, "gpu")
-                )
-            else:
-                used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
-            used_now.append(min(float(g.total_mib), math.floor(used)))
-        return used_now, leaked
-
-    def _host_step(self, t: float, n: int, long: int) -> bool:
-        """Heap noise, one-time steps and leaks of each process; True when a leak retained some."""
-        sc, rng, noise = self.sc, self.rng, self.sc.noise
-        leaked = False
-        for p in self.procs:
-            if rng.random() < noise.host_events_per_hour * self.dt / 3600:
-                size = rng.uniform(*noise.host_event_mib) * MIB
-                cap = noise.host_event_cap_mib * MIB
-                up = rng.random() < 0.5 * (1 - p.offset / cap)
-                p.offset = max(-cap, min(cap, p.offset + (size if up else -size)))
-            if self.long_seen < 1 <= self.long_seen + long and p.role in noise.host_plateau_mib:
-                p.plateau = noise.host_plateau_mib[p.role] * MIB
-            for leak in sc.leaks:
-                if leak.target == p.role and t - self.start >= leak.start_s and n:
-                    p.leak_hot += n * leak.bytes_per_request
-                    leaked = True
-            if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
-                moved = p.leak_hot * min(1.0, self.dt / 600)  # cold pages are swapped out within minutes
-                p.leak_hot -= moved
-                p.swap += moved
-        return leaked
 
     def _serve(self, t: float, n: int, running: float, waiting: float, in_burst: bool) -> None:
         """Counters and histograms for the n requests that finished during this tick."""
