@@ -44,9 +44,10 @@ from leakwatch.core.ports import free_port
 from leakwatch.core.settings import ready_path
 from leakwatch.core.shutdown import unwind_on_sigterm
 from leakwatch.demo_model import command as demo_model
-from leakwatch.loadgen.prompts import CorpusBuilder, fixed_lengths
+from leakwatch.loadgen.corpus_builder import CorpusBuilder
 from leakwatch.loadgen.report_writers import read_request_log
 from leakwatch.loadgen.tokens import LocalTokenizer, ServerTokenizer
+from leakwatch.loadgen.workloads import fixed_lengths
 
 from . import server_metrics, truth
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..core.errors import LeakwatchError
 from ..core.paths import RULES_DIR
 from ..scenarios import library
-from ..scenarios.simulate import HEALER_RESTART
+from ..scenarios.simulation_result import HEALER_RESTART
 from .command import REFERENCE_RULES
 from .rule_evaluator import AlertResult, Backtest, BacktestResult
 from .sources import History, from_scenario

@@ -11,7 +11,8 @@ from ..core.errors import LeakwatchError
 from ..core.metric_catalogue import metric_names
 from ..core.promapi import Prometheus
 from ..scenarios.model import Scenario
-from ..scenarios.simulate import SimulationResult, simulate
+from ..scenarios.simulate import simulate
+from ..scenarios.simulation_result import SimulationResult
 from .openmetrics import BlockFiles, format_series, split_file
 from .rule_evaluator import load_rules
 

@@ -40,7 +40,7 @@ def current_run() -> LoadgenRun:
 class StreamingUser(User):
     """One client holding one connection; each task is one streaming request.
 
-    Subclasses set `workload` (a key of leakwatch.loadgen.prompts.WORKLOADS). Closed loop under the
+    Subclasses set `workload` (a key of leakwatch.loadgen.workloads.WORKLOADS). Closed loop under the
     high-concurrency and steady shapes (the next request follows the last one: N users = N streams);
     open loop under the production-day shape (requests go out when the shared schedule says).
     """

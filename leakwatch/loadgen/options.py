@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 
 from ..core import durations
-from .prompts import WORKLOADS, WorkloadSpec
 from .schedule import ArrivalProcess
 from .shapes import SHAPES, HighConcurrencyPlan, ProductionDayPlan
+from .workloads import WORKLOADS, WorkloadSpec
 
 
 class OptionError(ValueError):

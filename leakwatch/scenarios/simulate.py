@@ -5,6 +5,10 @@ per tick.
 
 Deterministic for a scenario's seed. vLLM's own series vanish while it restarts (Prometheus sees
 `up == 0`), its counters restart from zero, and the exporter re-takes its baseline.
+
+This module holds vLLM's lifecycle and the order of a scrape's phases; the numbers come from
+traffic_model, memory_model and request_metrics, series_writer names them, and simulation_result
+holds what the backtest reads afterwards.
 """
 
 from __future__ import annotations
@@ -13,154 +17,21 @@ import calendar
 import math
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from ..core.settings import load as load_settings
-from ..core.topology import compose_target
-
-# vLLM's histogram edges: one definition, the load generator's (tests check it against vLLM's /metrics).
 from ..exporter.derived import DerivedState, Sample
 from ..exporter.vllm_scrape import VllmStats
-from ..loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
-from .model import GIB, MIB, ROLES, Scenario
-
-FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
-
-# Each exporter's series labelled as Prometheus labels them under compose.
-_SETTINGS = load_settings()
-VLLM = compose_target(_SETTINGS, "vllm")
-NODE = compose_target(_SETTINGS, "node_exporter")
-DCGM = compose_target(_SETTINGS, "dcgm_exporter")
-EXPORTER = compose_target(_SETTINGS, "leakwatch_exporter")
-HOSTNAME = "gpu-host"
-# The first and the tenth long request after a start set new records for the allocator's segments.
-RECORD_LONG_REQUESTS = (1, 10)
-# Resident file pages (libraries, mmapped weights) per process: RSS minus them is the anonymous part.
-FILE_BACKED_BYTES = 240 * MIB
-SAMPLE_CAP = 64  # per tick, latencies of at most this many requests are drawn; counts are scaled
-# Event texts the bench reads: where the memory ran out, and the healer's restarts.
-GPU_OUT_OF_MEMORY = "GPU out of memory: vLLM crashes and is restarted"
-HOST_OUT_OF_MEMORY = "host out of memory: the OOM killer ends vLLM, which is restarted"
-HEALER_RESTART = "the healer drains and restarts vLLM"
-
-
-class Sink(Protocol):
-    def tick(self, ts: float, samples: list[tuple[str, float]]) -> None: ...
-
-
-@dataclass
-class SimulationResult:
-    name: str
-    start: float
-    end: float
-    resolution_s: float
-    leak_start: float | None = None  # first tick at which a leak retained memory
-    events: list[tuple[float, str]] = field(default_factory=list)
-    gpu_headroom_bytes: float | None = None  # card total minus used when the leak started
-    gpu_used_bytes: list[tuple[float, float]] = field(default_factory=list)  # card 0, each tick
-    # Requests finished since the scenario started (across restarts), each tick: detection is
-    # also measured in requests served after the leak start.
-    requests_served: list[tuple[float, float]] = field(default_factory=list)
-
-    def requests_between(self, since: float, until: float) -> float:
-        """Requests finished in (since, until]."""
-
-        def at(ts: float) -> float:
-            served = 0.0
-            for t, total in self.requests_served:
-                if t > ts:
-                    break
-                served = total
-            return served
-
-        return at(until) - at(since)
-
-    def first_event(self, texts: tuple[str, ...], after: float) -> float | None:
-        """When the first of these events happened at or after `after`."""
-        return min((t for t, text in self.events if text in texts and t >= after), default=None)
-
-    def out_of_memory_after(self, after: float) -> float | None:
-        return self.first_event((GPU_OUT_OF_MEMORY, HOST_OUT_OF_MEMORY), after)
-
-
-_series_cache: dict = {}
-_HISTOGRAM_TEXTS: dict = {}
-
-
-def series(name: str, labels: dict) -> str:
-    key = (name, tuple(labels.items()))
-    text = _series_cache.get(key)
-    if text is None:
-        body = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        text = f"{name}{{{body}}}" if body else name
-        _series_cache[key] = text
-    return text
-
-
-def poisson(rng: random.Random, lam: float) -> int:
-    if lam <= 0:
-        return 0
-    if lam > 30:
-        return max(0, int(round(rng.gauss(lam, math.sqrt(lam)))))
-    limit, k, p = math.exp(-lam), 0, rng.random()
-    while p > limit:
-        k += 1
-        p *= rng.random()
-    return k
-
-
-class Histogram:
-    def __init__(self, bounds: tuple[float, ...]):
-        self.bounds = bounds
-        self.reset()
-
-    def reset(self) -> None:
-        self.counts = [0.0] * (len(self.bounds) + 1)  # cumulative at output time; +Inf last
-        self.total = 0.0
-
-    def observe(self, values: list[float], weight: float = 1.0) -> None:
-        for v in values:
-            for i, b in enumerate(self.bounds):
-                if v <= b:
-                    self.counts[i] += weight
-                    break
-            else:
-                self.counts[-1] += weight
-            self.total += v * weight
-
-    def samples(self, name: str, labels: dict) -> list[tuple[str, float]]:
-        cache_key = (name, tuple(labels.items()))
-        texts = _HISTOGRAM_TEXTS.get(cache_key)
-        if texts is None:
-            les = [repr(float(b)) for b in self.bounds] + ["+Inf"]
-            texts = [series(f"{name}_bucket", {**labels, "le": le}) for le in les]
-            texts += [series(f"{name}_sum", labels), series(f"{name}_count", labels)]
-            _HISTOGRAM_TEXTS[cache_key] = texts
-        out: list[tuple[str, float]] = []
-        running = 0.0
-        for text, c in zip(texts, self.counts):
-            running += c
-            out.append((text, round(running)))
-        out.append((texts[-2], round(self.total, 3)))
-        out.append((texts[-1], round(running)))
-        return out
-
-
-@dataclass
-class _Process:
-    """One vLLM process (per role and rank): its memory parts."""
-
-    role: str
-    rank: str
-    base: float
-    offset: float = 0.0  # allocator/heap wander (bytes)
-    plateau: float = 0.0
-    leak_hot: float = 0.0  # leaked and still resident
-    swap: float = 0.0  # leaked and swapped out
+from .memory_model import HostMemory, MemoryModel
+from .model import MIB, ROLES, Scenario
+from .request_metrics import RequestMetrics
+from .series_writer import SeriesWriter
+from .simulation_result import GPU_OUT_OF_MEMORY, HEALER_RESTART, HOST_OUT_OF_MEMORY, SimulationResult, Sink
+from .traffic_model import TickTraffic, TrafficModel
 
 
 class Simulator:
+    """One scenario, scrape by scrape: the lifecycle of vLLM (starts, planned and healer restarts,
+    out-of-memory crashes) over the traffic, memory and request models, and the series writer."""
+
     def __init__(self, scenario: Scenario, resolution_s: float = 60.0):
         self.sc = scenario
         self.dt = float(resolution_s)
@@ -169,18 +40,12 @@ class Simulator:
         self.start = midnight + scenario.start_hour * 3600
         self.end = self.start + scenario.days * 86400
         self.result = SimulationResult(scenario.name, self.start, self.end, self.dt)
-        self.model_labels = {**VLLM, "engine": "0", "model_name": scenario.model_name}
-        self._labels: dict = {}
-        self._texts: dict = {}
         self.ranks = [str(i) for i in range(scenario.gpu.count if scenario.gpu else 1)]
+        self.writer = SeriesWriter(scenario, self.ranks)
         self.restarts = 0
-        self.preemptions_seen = 0.0
-        self.burst_until = -1.0
-        self.next_burst = self._next_burst(self.start)
-        self.wander_phase = self.rng.uniform(0, 2 * math.pi)
-        # The release timer runs from an arbitrary moment, not from the hour.
-        period = scenario.noise.sawtooth_period_s
-        self.sawtooth_phase = self.rng.uniform(0, period) if period else 0.0
+        # One random stream for every model: the order of their draws is part of what a seed gives.
+        self.traffic = TrafficModel(scenario, self.rng, self.start)
+        self.memory = MemoryModel(scenario, self.rng, self.dt, self.start, self.ranks, self.result.events)
         self.total_served = 0.0
         # The exporter's own derived-state code (baseline, retention, restarts), fed what it would
         # sample, so the backtester judges the rules against the exporter we ship.
@@ -188,90 +53,32 @@ class Simulator:
         self._start_process(self.start, "vLLM starts")
         self.restarts = 0
 
-    # -- series texts (built once: formatting them is most of the simulation's cost) --------------
-
-    def labels(self, kind: str, *key) -> dict:
-        found = self._labels.get((kind, key))
-        if found is None:
-            if kind == "process":
-                role, rank = key
-                found = {**EXPORTER, "role": role, **({"rank": rank} if rank else {})}
-            elif kind == "role":
-                found = {**EXPORTER, "role": key[0]}
-            elif kind == "exporter_gpu":
-                found = {**EXPORTER, "gpu": str(key[0])}
-            else:
-                i = key[0]
-                found = {
-                    **DCGM,
-                    "gpu": str(i),
-                    "UUID": f"GPU-5f1c2b7e-0000-4000-8000-{i:012d}",
-                    "device": f"nvidia{i}",
-                    "modelName": self.sc.gpu.model_name,
-                    "Hostname": HOSTNAME,
-                }
-            self._labels[(kind, key)] = found
-        return found
-
-    def tx(self, name: str, base: dict, *extra: str) -> str:
-        key = (name, id(base), extra)
-        text = self._texts.get(key)
-        if text is None:
-            text = self._texts[key] = series(name, {**base, **dict(zip(extra[::2], extra[1::2]))})
-        return text
-
     # -- lifecycle -------------------------------------------------------------------------------
 
     def _start_process(self, t: float, why: str) -> None:
-        sc = self.sc
         self.result.events.append((t, why))
         self.process_start = t
-        self.ready_at = t + sc.restart_downtime_s
+        self.ready_at = t + self.sc.restart_downtime_s
         self.restarts += 1
-        self.served = 0  # requests since this process started
-        self.counters = {reason: 0.0 for reason in FINISHED_REASONS}
-        self.http = {"2xx": 0.0}
-        self.gc = [0.0, 0.0, 0.0]
-        self.preemptions = 0.0
-        self.kv = 0.0
-        self.hist = {
-            "vllm:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
-            "vllm:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
-            "vllm:e2e_request_latency_seconds": Histogram(E2E_BUCKETS),
-        }
-        host = sc.host
-        self.procs = [
-            _Process(role, rank, host.base_rss_bytes[role])
-            for role in ROLES
-            for rank in (self.ranks if role == "worker" else [""])
-        ]
-        self.gpu_offset = [0.0] * len(self.ranks)
-        self.gpu_leaked = [0.0] * len(self.ranks)
-        self.gpu_steps_done = 0
-        self.gpu_warm = False
-        self.long_seen = 0
-        self.sawtooth = {target: 0.0 for target in self.sc.noise.sawtooth_mib_per_request}  # MiB
+        self.requests = RequestMetrics()
+        self.memory.restart()
 
-    def _next_burst(self, t: float) -> float:
-        per_day = self.sc.traffic.bursts_per_day
-        return t + self.rng.expovariate(per_day / 86400) if per_day > 0 else math.inf
+    def _planned_restarts(self, t: float) -> None:
+        """The daily restart and the healer's, when one falls in the tick ending at `t`."""
+        sc, dt = self.sc, self.dt
+        if sc.daily_restart_hour is not None:
+            boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
+            if t - dt < boundary <= t and t - self.process_start > 3600:
+                self._start_process(t, "planned daily restart")
+        for at_s in sc.healer_restarts_s:
+            if t - dt < self.start + at_s <= t:
+                self._start_process(t, HEALER_RESTART)
 
-    # -- traffic ---------------------------------------------------------------------------------
-
-    def _burst_rate(self) -> float:
-        """Requests per second during a burst (each client sends its next request at once)."""
-        tr = self.sc.traffic
-        e2e = tr.ttft_median_s * 2 + (sum(tr.output_tokens) / 2) * tr.itl_median_s
-        return tr.burst_concurrency / e2e
-
-    def _rate(self, t: float) -> float:
-        """Background arrivals per second: the daily total minus what the bursts bring."""
-        tr = self.sc.traffic
-        per_day = tr.requests_per_day - tr.bursts_per_day * tr.burst_minutes * 60 * self._burst_rate()
-        hour = (t % 86400) / 3600
-        return (
-            max(0.0, per_day) / 86400 * (1 + tr.diurnal_amplitude * math.cos(2 * math.pi * (hour - tr.peak_hour) / 24))
-        )
+    def _out_of_memory(self, t: float, event: str, why: str) -> list[tuple[str, float]]:
+        """vLLM dies and is restarted at once; the scrape at `t` is taken again."""
+        self.result.events.append((t, event))
+        self._start_process(t, why)
+        return self.step(t)
 
     # -- one scrape --------------------------------------------------------------------------------
 
@@ -283,335 +90,59 @@ class Simulator:
         return self.result
 
     def step(self, t: float) -> list[tuple[str, float]]:
-        sc, rng, dt = self.sc, self.rng, self.dt
-        tr = sc.traffic
-        if sc.daily_restart_hour is not None:
-            boundary = (math.floor((t - sc.daily_restart_hour * 3600) / 86400) * 86400) + sc.daily_restart_hour * 3600
-            if t - dt < boundary <= t and t - self.process_start > 3600:
-                self._start_process(t, "planned daily restart")
-        for at_s in sc.healer_restarts_s:
-            if t - dt < self.start + at_s <= t:
-                self._start_process(t, HEALER_RESTART)
+        """The scrape at `t`: restarts due, the tick's traffic, the cards' then the host's memory (a
+        crash when either runs out), the leak's start, the requests vLLM served, what the exporter
+        derives, and every target's samples. The phases draw from one random stream in this order."""
+        gpu = self.sc.gpu
+        self._planned_restarts(t)
         ready = t >= self.ready_at
-        starting_share = 1.0 if ready else max(0.0, (t - self.process_start) / sc.restart_downtime_s)
-
-        # Requests finished during this tick, and what was running at the scrape.
-        n = long = 0
-        running = waiting = 0.0
-        in_burst = False
-        mean_e2e = (sum(tr.output_tokens) / 2) * tr.itl_median_s + tr.ttft_median_s
+        starting_share = 1.0 if ready else max(0.0, (t - self.process_start) / self.sc.restart_downtime_s)
+        traffic = self.traffic.tick(t, self.dt, ready)
         if ready:
-            if t >= self.next_burst:
-                self.burst_until = t + tr.burst_minutes * 60
-                self.next_burst = self._next_burst(t)
-            in_burst = t < self.burst_until
-            lam = self._rate(t) * dt + (self._burst_rate() * dt if in_burst else 0.0)
-            clump = max(1, tr.clump_size)
-            n = clump * poisson(rng, lam / clump)
-            long = sum(1 for _ in range(min(n, 200)) if rng.random() < tr.long_request_share)
-            base_running = poisson(rng, self._rate(t) * mean_e2e)
-            running = base_running + (tr.burst_concurrency if in_burst else 0)
-            waiting = max(0.0, running - sc.max_num_seqs)
-            running = min(running, sc.max_num_seqs)
-        samples: list[tuple[str, float]] = []
-        add = samples.append
-        leak_started = False
+            self.memory.sawtooth_step(t, traffic.n)
+        self._count_served(t, traffic.n)
         gpu_used: list[float] = []
+        leak_started = False
+        if gpu:
+            gpu_used, leak_started = self.memory.gpu_step(
+                t, ready, traffic.n, traffic.running, traffic.long, starting_share
+            )
+            if ready and any(u >= gpu.total_mib for u in gpu_used):
+                return self._out_of_memory(t, GPU_OUT_OF_MEMORY, "vLLM restarts after the crash")
         if ready:
-            self._sawtooth_step(t, n)
+            leak_started |= self.memory.host_step(t, traffic.n, traffic.long)
+        self.memory.count_long_requests(traffic.long)
+        mem = self.memory.host_state(t, ready, starting_share, traffic.running, self.ready_at)
+        if ready and mem.out_of_memory:
+            return self._out_of_memory(t, HOST_OUT_OF_MEMORY, "vLLM restarts after the OOM kill")
+        self._record(t, leak_started, gpu_used)
+        if ready:
+            self.requests.serve(self.sc, self.rng, traffic.n, traffic.running, traffic.in_burst)
+        host_by_role, gpu_bytes = self._feed_exporter(t, ready, traffic, mem, gpu_used)
+        return self._scrape(t, ready, traffic, mem, gpu_used, host_by_role, gpu_bytes)
+
+    def _count_served(self, t: float, n: int) -> None:
         self.total_served += n
         self.result.requests_served.append((t, self.total_served))
-        if sc.gpu:
-            gpu_used, leaked = self._gpu_step(t, ready, n, running, long, starting_share)
-            leak_started |= leaked
-            if ready and any(u >= sc.gpu.total_mib for u in gpu_used):
-                self.result.events.append((t, GPU_OUT_OF_MEMORY))
-                self._start_process(t, "vLLM restarts after the crash")
-                return self.step(t)
-        if ready:
-            leak_started |= self._host_step(t, n, long)
-        self.long_seen += long
-        noise = sc.noise
 
-        def rss(p: _Process) -> float:
-            if not ready:
-                return p.base * (0.3 + 0.7 * starting_share)
-            uptime = t - self.ready_at
-            warm = noise.host_warmup_mib.get(p.role, 0.0) * MIB * (1 - math.exp(-uptime / noise.host_warmup_tau_s))
-            load = noise.host_per_running_kib.get(p.role, 0.0) * 1024 * running
-            jitter = rng.uniform(-1, 1) * noise.host_jitter_mib * MIB
-            shape = (self.sawtooth.get(p.role, 0.0) + self._step_mib(t, p.role)) * MIB
-            return p.base + warm + p.plateau + load + p.offset + p.leak_hot + jitter + shape
-
-        rss_now = {(p.role, p.rank): rss(p) for p in self.procs}
-        swap_now = {(p.role, p.rank): p.swap for p in self.procs}
-        host = sc.host
-        used_by_vllm = sum(rss_now.values())
-        swapped = sum(swap_now.values())
-        wander = 256 * MIB * math.sin(2 * math.pi * (t - self.start) / 86400 + self.wander_phase)
-        available = host.mem_total_bytes - host.other_used_bytes - used_by_vllm + wander
-        swap_free = max(0.0, host.swap_total_bytes - swapped - 64 * MIB) if host.swap_total_bytes else 0.0
-        pss_now = {k: max(0.0, v - 180 * MIB) for k, v in rss_now.items()}
-        cgroup_usage = used_by_vllm + 1 * GIB
-        oom = available + max(0.0, swap_free) <= 0 or (
-            host.cgroup_limit_bytes and cgroup_usage >= host.cgroup_limit_bytes
-        )
-        if ready and oom:
-            self.result.events.append((t, HOST_OUT_OF_MEMORY))
-            self._start_process(t, "vLLM restarts after the OOM kill")
-            return self.step(t)
-
+    def _record(self, t: float, leak_started: bool, gpu_used: list[float]) -> None:
+        """The result's leak start (and the card's headroom then) and card 0's use."""
+        gpu = self.sc.gpu
         if leak_started and self.result.leak_start is None:
             self.result.leak_start = t
             self.result.events.append((t, "leak starts"))
-            if sc.gpu:
-                self.result.gpu_headroom_bytes = (sc.gpu.total_mib - gpu_used[0]) * MIB
+            if gpu:
+                self.result.gpu_headroom_bytes = (gpu.total_mib - gpu_used[0]) * MIB
         if gpu_used:
             self.result.gpu_used_bytes.append((t, gpu_used[0] * MIB))
 
-        # vLLM's /metrics (only once it answers).
-        add((self.tx("up", VLLM), 1.0 if ready else 0.0))
-        if ready:
-            self._serve(t, n, running, waiting, in_burst)
-            labels = self.model_labels
-            for reason in FINISHED_REASONS:
-                add((self.tx("vllm:request_success_total", labels, "finished_reason", reason), self.counters[reason]))
-            for status, value in self.http.items():
-                add(
-                    (
-                        self.tx(
-                            "http_requests_total",
-                            VLLM,
-                            "handler",
-                            "/v1/completions",
-                            "method",
-                            "POST",
-                            "status",
-                            status,
-                        ),
-                        value,
-                    )
-                )
-            add((self.tx("vllm:num_requests_running", labels), running))
-            add((self.tx("vllm:num_requests_waiting", labels), waiting))
-            add((self.tx("vllm:kv_cache_usage_perc", labels), round(self.kv, 4)))
-            add((self.tx("vllm:num_preemptions_total", labels), self.preemptions))
-            for name, hist in self.hist.items():
-                samples.extend(hist.samples(name, labels))
-            if sc.gpu and sc.gpu.gpu_memory_utilization is not None:
-                # vLLM's CacheConfig as an info gauge (the labels are str() of its fields).
-                add(
-                    (
-                        self.tx(
-                            "vllm:cache_config_info",
-                            VLLM,
-                            "engine",
-                            "0",
-                            "gpu_memory_utilization",
-                            str(float(sc.gpu.gpu_memory_utilization)),
-                        ),
-                        1.0,
-                    )
-                )
-            add((self.tx("process_start_time_seconds", VLLM), round(self.process_start, 2)))
-            add((self.tx("process_resident_memory_bytes", VLLM), round(rss_now[("api_server", "")])))
-            for gen in range(3):
-                add((self.tx("python_gc_collections_total", VLLM, "generation", str(gen)), self.gc[gen]))
-
-        # DCGM, per card (MiB, integers).
-        if sc.gpu:
-            add((self.tx("up", DCGM), 1.0))
-            for i, used in enumerate(gpu_used):
-                labels = self.labels("dcgm", i)
-                add((self.tx("DCGM_FI_DEV_FB_USED", labels), used))
-                add((self.tx("DCGM_FI_DEV_FB_FREE", labels), sc.gpu.total_mib - used))
-
-        # node exporter.
-        add((self.tx("up", NODE), 1.0))
-        add((self.tx("node_memory_MemTotal_bytes", NODE), host.mem_total_bytes))
-        add((self.tx("node_memory_MemAvailable_bytes", NODE), round(available)))
-        add((self.tx("node_memory_SwapTotal_bytes", NODE), host.swap_total_bytes))
-        add((self.tx("node_memory_SwapFree_bytes", NODE), round(swap_free)))
-
-        self._exporter(t, add, ready, running + waiting, rss_now, swap_now, pss_now, cgroup_usage, gpu_used)
-        return samples
-
-    def _sawtooth_step(self, t: float, n: int) -> None:
-        """Creep with the requests served; fall back to the plateau when the release timer fires."""
-        noise = self.sc.noise
-        period = noise.sawtooth_period_s
-        if not period:
-            return
-        since = t - self.start - self.sawtooth_phase
-        released = math.floor(since / period) != math.floor((since - self.dt) / period)
-        for target, per_request in noise.sawtooth_mib_per_request.items():
-            if released:
-                self.sawtooth[target] = 0.0
-            else:
-                self.sawtooth[target] = min(noise.sawtooth_cap_mib, self.sawtooth[target] + n * per_request)
-
-    def _step_mib(self, t: float, target: str) -> float:
-        noise = self.sc.noise
-        if noise.step_at_s and t - self.start >= noise.step_at_s:
-            return noise.step_mib.get(target, 0.0)
-        return 0.0
-
-    def _gpu_step(self, t: float, ready: bool, n: int, running: float, long: int, starting_share: float):
-        """Memory in use per card (MiB) after this tick, and whether a leak retained some."""
-        sc, rng, g, noise = self.sc, self.rng, self.sc.gpu, self.sc.noise
-        leaked = False
-        if ready and n > 0:
-            self.gpu_warm = True
-        for step_mib, threshold in zip(noise.gpu_plateau_mib, RECORD_LONG_REQUESTS):
-            if self.long_seen < threshold <= self.long_seen + long:
-                self.gpu_steps_done += 1
-                self.result.events.append((t, f"record-long request: allocator step of {step_mib:.0f} MiB"))
-        used_now = []
-        for i in range(len(self.ranks)):
-            if ready and (n > 0 or running > 0) and rng.random() < noise.gpu_events_per_hour * self.dt / 3600:
-                size = rng.uniform(*noise.gpu_event_mib)
-                cap = noise.gpu_event_cap_mib
-                up = rng.random() < 0.5 * (1 - self.gpu_offset[i] / cap)
-                self.gpu_offset[i] = max(-cap, min(cap, self.gpu_offset[i] + (size if up else -size)))
-            for leak in sc.leaks:
-                if leak.target == "gpu" and t - self.start >= leak.start_s and n:
-                    self.gpu_leaked[i] += n * leak.bytes_per_request / MIB
-                    leaked = True
-            ready_used = g.ready_used_mib()
-            if ready:
-                # DCGM sees reserved segments, not the bytes inside them.
-                saw = self.sawtooth.get("gpu", 0.0)
-                seg = noise.sawtooth_segment_mib
-                shown_saw = math.ceil(saw / seg) * seg if seg and saw else saw
-                segment = max((leak.segment_mib for leak in sc.leaks if leak.target == "gpu"), default=0.0)
-                leaked_mib = self.gpu_leaked[i]
-                shown_leak = math.ceil(leaked_mib / segment) * segment if segment and leaked_mib else leaked_mib
-                used = (
-                    ready_used
-                    + (noise.gpu_warmup_mib if self.gpu_warm else 0.0)
-                    + sum(noise.gpu_plateau_mib[: self.gpu_steps_done])
-                    + self.gpu_offset[i]
-                    + shown_leak
-                    + shown_saw
-                    + self._step_mib(t, "gpu")
-                )
-            else:
-                used = g.idle_mib + (ready_used - g.idle_mib) * starting_share
-            used_now.append(min(float(g.total_mib), math.floor(used)))
-        return used_now, leaked
-
-    def _host_step(self, t: float, n: int, long: int) -> bool:
-        """Heap noise, one-time steps and leaks of each process; True when a leak retained some."""
-        sc, rng, noise = self.sc, self.rng, self.sc.noise
-        leaked = False
-        for p in self.procs:
-            if rng.random() < noise.host_events_per_hour * self.dt / 3600:
-                size = rng.uniform(*noise.host_event_mib) * MIB
-                cap = noise.host_event_cap_mib * MIB
-                up = rng.random() < 0.5 * (1 - p.offset / cap)
-                p.offset = max(-cap, min(cap, p.offset + (size if up else -size)))
-            if self.long_seen < 1 <= self.long_seen + long and p.role in noise.host_plateau_mib:
-                p.plateau = noise.host_plateau_mib[p.role] * MIB
-            for leak in sc.leaks:
-                if leak.target == p.role and t - self.start >= leak.start_s and n:
-                    p.leak_hot += n * leak.bytes_per_request
-                    leaked = True
-            if p.leak_hot and any(leak.to_swap for leak in sc.leaks if leak.target == p.role):
-                moved = p.leak_hot * min(1.0, self.dt / 600)  # cold pages are swapped out within minutes
-                p.leak_hot -= moved
-                p.swap += moved
-        return leaked
-
-    def _serve(self, t: float, n: int, running: float, waiting: float, in_burst: bool) -> None:
-        """Counters and histograms for the n requests that finished during this tick."""
-        sc, rng, tr = self.sc, self.rng, self.sc.traffic
-        self.served += n
-        errors = min(n, poisson(rng, n * tr.error_share))
-        ok = n - errors
-        if errors:
-            self.http["5xx"] = self.http.get("5xx", 0.0) + errors
-        self.http["2xx"] += ok
-        length = round(ok * 0.3)
-        self.counters["length"] += length
-        self.counters["stop"] += ok - length
-        self.counters["error"] += errors
-        tokens_per_seq = sum(tr.prompt_tokens) / 2 + sum(tr.output_tokens) / 4
-        demand = (running - (tr.burst_concurrency if in_burst else 0)) * tokens_per_seq
-        if in_burst:
-            demand += tr.burst_concurrency * (tr.burst_prompt_tokens + sum(tr.output_tokens) / 4)
-        capacity = sc.gpu.kv_capacity_tokens if sc.gpu else 2_000_000
-        self.kv = min(1.0, demand / capacity)
-        if demand > 0.97 * capacity:
-            self.preemptions += max(1, round((demand - 0.97 * capacity) / tokens_per_seq))
-        # Gen-0 collections follow allocations (per request), plus the scrapes' own.
-        self.gc[0] += n * 30 + 2
-        self.gc[1] = math.floor(self.gc[0] / 11)
-        self.gc[2] = math.floor(self.gc[1] / 12)
-        if n == 0:
-            return
-        load = 1 + running / 128  # decoding a few more sequences per step costs little
-        drawn = min(n, SAMPLE_CAP)
-        weight = n / drawn
-        ttft: list[float] = []
-        e2e: list[float] = []
-        itl: list[float] = []
-        out_tokens = 0
-        for _ in range(drawn):
-            first = rng.lognormvariate(math.log(tr.ttft_median_s * (1 + running / 32)), tr.ttft_sigma)
-            tokens = rng.randint(*tr.output_tokens)
-            step = rng.lognormvariate(math.log(tr.itl_median_s * load), tr.itl_sigma)
-            ttft.append(first)
-            e2e.append(first + tokens * step)
-            itl.extend(rng.lognormvariate(math.log(step), 0.15) for _ in range(4))
-            out_tokens += tokens
-        self.hist["vllm:time_to_first_token_seconds"].observe(ttft, weight)
-        self.hist["vllm:e2e_request_latency_seconds"].observe(e2e, weight)
-        self.hist["vllm:inter_token_latency_seconds"].observe(itl, out_tokens * weight / len(itl))
-
-    def _exporter(self, t, add, ready, in_flight, rss_now, swap_now, pss_now, cgroup_usage, gpu_used) -> None:
-        """`leakwatch exporter`'s series, computed as its contract describes."""
-        sc = self.sc
-        add((self.tx("up", EXPORTER), 1.0))
-        alive = True  # the processes exist while vLLM starts; they are replaced in one tick
-        for role in ROLES:
-            count = len(self.ranks) if role == "worker" else 1
-            add((self.tx("leakwatch_processes", EXPORTER, "role", role), count if alive else 0))
-        for (role, rank), value in rss_now.items():
-            labels = self.labels("process", role, rank)
-            add((self.tx("leakwatch_process_resident_memory_bytes", labels), round(value)))
-            anonymous = max(0.0, value - FILE_BACKED_BYTES)
-            add((self.tx("leakwatch_process_anonymous_memory_bytes", labels), round(anonymous)))
-            add((self.tx("leakwatch_process_unique_memory_bytes", labels), round(max(0.0, value - 250 * MIB))))
-            add((self.tx("leakwatch_process_proportional_memory_bytes", labels), round(pss_now[(role, rank)])))
-            add((self.tx("leakwatch_process_swap_bytes", labels), round(swap_now[(role, rank)])))
-        add((self.tx("leakwatch_cgroup_memory_usage_bytes", EXPORTER), round(cgroup_usage)))
-        if sc.host.cgroup_limit_bytes:
-            add((self.tx("leakwatch_cgroup_memory_limit_bytes", EXPORTER), sc.host.cgroup_limit_bytes))
-        add((self.tx("leakwatch_gpu_available", EXPORTER), 1.0 if sc.gpu else 0.0))
-        if sc.gpu:
-            for i, used in enumerate(gpu_used):
-                g = self.labels("exporter_gpu", i)
-                add((self.tx("leakwatch_gpu_memory_used_bytes", g), used * MIB))
-                add((self.tx("leakwatch_gpu_memory_total_bytes", g), sc.gpu.total_mib * MIB))
-                add(
-                    (
-                        self.tx("leakwatch_gpu_process_memory_bytes", g, "role", "worker", "rank", str(i)),
-                        max(0.0, used - sc.gpu.idle_mib) * MIB,
-                    )
-                )
-        add((self.tx("leakwatch_vllm_up", EXPORTER), 1.0 if ready else 0.0))
-        for role, cache, size in sc.cache_bounds:  # read from the processes' environment: always there
-            add((self.tx("leakwatch_vllm_cache_bound_bytes", EXPORTER, "role", role, "cache", cache), size))
-        if ready:
-            hours = (t - self.ready_at) / 3600
-            grown = 40 if self.served else 0
-            add(
-                (
-                    self.tx("leakwatch_vllm_metrics_series", EXPORTER),
-                    sc.metrics_series + grown + math.floor(hours * sc.metrics_series_per_hour),
-                )
-            )
-
+    def _feed_exporter(
+        self, t: float, ready: bool, traffic: TickTraffic, mem: HostMemory, gpu_used: list[float]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """What `leakwatch exporter` samples, fed to its derived state; returns the host memory per
+        role and the GPU memory per card (bytes) it sampled."""
+        rss_now, swap_now = mem.rss, mem.swap
+        in_flight = traffic.running + traffic.waiting
         host_by_role = {role: round(sum(rss_now[k] + swap_now[k] for k in rss_now if k[0] == role)) for role in ROLES}
         gpu_bytes = {str(i): round(u * MIB) for i, u in enumerate(gpu_used)}
         self.derived.update(
@@ -619,7 +150,7 @@ class Simulator:
                 time=t,
                 # A new API server process each start: the exporter's restart signal.
                 identity=(1000 + self.restarts, round(self.process_start)),
-                vllm=VllmStats(series=0, requests_served=float(self.served), in_flight=float(in_flight))
+                vllm=VllmStats(series=0, requests_served=float(self.requests.served), in_flight=float(in_flight))
                 if ready
                 else None,
                 healthy=ready,
@@ -627,33 +158,37 @@ class Simulator:
                 gpu=gpu_bytes or None,
             )
         )
-        add((self.tx("leakwatch_vllm_restarts_total", EXPORTER), float(self.derived.restarts)))
-        b = self.derived.baseline
-        add((self.tx("leakwatch_baseline_ready", EXPORTER), 1.0 if (ready and b) else 0.0))
-        if not (ready and b):
-            return
-        since = self.served - b.requests
-        add((self.tx("leakwatch_baseline_timestamp_seconds", EXPORTER), round(b.time)))
-        add((self.tx("leakwatch_requests_since_baseline", EXPORTER), float(since)))
-        ratios = self.derived.retention.ratios
-        for role in ROLES:
-            labels = self.labels("role", role)
-            growth = host_by_role[role] - b.host[role]
-            add((self.tx("leakwatch_host_memory_baseline_bytes", labels), b.host[role]))
-            add((self.tx("leakwatch_host_memory_growth_bytes", labels), growth))
-            if since:
-                add((self.tx("leakwatch_host_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
-            if ("host", role) in ratios:
-                add((self.tx("leakwatch_host_memory_retention_ratio", labels), round(ratios[("host", role)], 3)))
-        for gpu, used in gpu_bytes.items():
-            labels = self.labels("exporter_gpu", int(gpu))
-            growth = used - b.gpu[gpu]
-            add((self.tx("leakwatch_gpu_memory_baseline_bytes", labels), b.gpu[gpu]))
-            add((self.tx("leakwatch_gpu_memory_growth_bytes", labels), growth))
-            if since:
-                add((self.tx("leakwatch_gpu_memory_growth_per_request_bytes", labels), round(growth / since, 1)))
-            if ("gpu", gpu) in ratios:
-                add((self.tx("leakwatch_vram_retention_ratio", labels), round(ratios[("gpu", gpu)], 3)))
+        return host_by_role, gpu_bytes
+
+    def _scrape(
+        self,
+        t: float,
+        ready: bool,
+        traffic: TickTraffic,
+        mem: HostMemory,
+        gpu_used: list[float],
+        host_by_role: dict[str, int],
+        gpu_bytes: dict[str, int],
+    ) -> list[tuple[str, float]]:
+        """Every target's samples, in scrape order: vLLM, DCGM, node exporter, leakwatch exporter."""
+        samples: list[tuple[str, float]] = []
+        writer = self.writer
+        writer.vllm(samples, ready, traffic, self.requests, self.process_start, mem)
+        writer.dcgm(samples, gpu_used)
+        writer.node(samples, mem)
+        writer.exporter(
+            samples,
+            t,
+            ready,
+            self.ready_at,
+            self.requests.served,
+            mem,
+            gpu_used,
+            self.derived,
+            host_by_role,
+            gpu_bytes,
+        )
+        return samples
 
 
 def simulate(scenario: Scenario, sink: Sink, resolution_s: float = 60.0) -> SimulationResult:

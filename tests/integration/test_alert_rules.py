@@ -185,11 +185,11 @@ def test_the_check_above_catches_the_articles_rule():
 def test_latency_objectives_are_bucket_boundaries_of_vllm_and_the_simulator():
     from vllm.v1.metrics import buckets
 
-    from leakwatch.scenarios import simulate
+    from leakwatch.scenarios import request_metrics
 
-    assert simulate.TTFT_BUCKETS == buckets.TIME_TO_FIRST_TOKEN_BUCKETS
-    assert simulate.ITL_BUCKETS == buckets.INTER_TOKEN_LATENCY_BUCKETS
-    assert simulate.E2E_BUCKETS == buckets.REQUEST_LATENCY_BUCKETS
+    assert request_metrics.TTFT_BUCKETS == buckets.TIME_TO_FIRST_TOKEN_BUCKETS
+    assert request_metrics.ITL_BUCKETS == buckets.INTER_TOKEN_LATENCY_BUCKETS
+    assert request_metrics.E2E_BUCKETS == buckets.REQUEST_LATENCY_BUCKETS
     used = {
         metric: float(le)
         for rule in ALERTS

@@ -11,9 +11,10 @@ from scipy import stats
 
 from benchmarks.loadgen import server_metrics
 from leakwatch.loadgen.client import StreamingClient, request_body
-from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder
+from leakwatch.loadgen.corpus_builder import CorpusBuilder
 from leakwatch.loadgen.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from leakwatch.loadgen.tokens import ServerTokenizer, probe
+from leakwatch.loadgen.workloads import WORKLOADS
 from tests.support.locust_run import run_locust
 
 

@@ -8,7 +8,8 @@ import itertools
 import time
 
 from leakwatch.scenarios import library
-from leakwatch.scenarios.simulate import HEALER_RESTART, simulate
+from leakwatch.scenarios.simulate import simulate
+from leakwatch.scenarios.simulation_result import HEALER_RESTART
 
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
 

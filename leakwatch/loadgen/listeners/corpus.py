@@ -6,8 +6,9 @@ import logging
 import time
 
 from .. import conventions, tokens
+from ..corpus_builder import CorpusBuilder
 from ..options import OptionError
-from ..prompts import CorpusBuilder, Prompt, load_prompts_file
+from ..prompt_record import Prompt, load_prompts_file
 
 
 class PromptCycle:

@@ -17,7 +17,7 @@ from gevent import GreenletExit
 
 from ..client import API_PATHS, StreamingClient, request_body
 from ..outcomes import CANCELLED, StreamResult
-from ..prompts import Prompt
+from ..prompt_record import Prompt
 from ..schedule import worker_share
 
 log = logging.getLogger("leakwatch.loadgen")

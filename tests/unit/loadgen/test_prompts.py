@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from leakwatch.loadgen import prompts
-from leakwatch.loadgen.prompts import WORKLOADS, CorpusBuilder, LengthDistribution, load_prompts_file
+from leakwatch.loadgen import code_context
+from leakwatch.loadgen.corpus_builder import CorpusBuilder
+from leakwatch.loadgen.prompt_record import load_prompts_file
 from leakwatch.loadgen.tokens import EstimatedTokenizer
+from leakwatch.loadgen.workloads import WORKLOADS, LengthDistribution
 
 
 @pytest.mark.parametrize(
@@ -76,7 +78,7 @@ def test_code_prompts_paste_real_source_and_share_repository_prefixes():
             assert longer.startswith(shorter.rstrip("\n").rsplit("\n", 1)[0])
     first = corpus[0].content[1]["content"]
     path = first.split("### ", 1)[1].split("\n", 1)[0]
-    assert os.path.isfile(prompts.stdlib_dir() / path)  # real files of this interpreter's stdlib
+    assert os.path.isfile(code_context.stdlib_dir() / path)  # real files of this interpreter's stdlib
 
 
 def test_targets_are_clamped_to_the_context_and_counted():
