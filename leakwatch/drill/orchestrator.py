@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import requests
 
-from .. import vllm_warmup
 from ..core import alert_config, vllm_key
 from ..core.errors import LeakwatchError
 from ..core.paths import REPO_ROOT
@@ -31,7 +30,7 @@ from ..core.promapi import Prometheus
 from ..heal import healer_settings
 from ..leakcheck.analysis import CheckResult
 from ..loadgen import conventions
-from . import leak_middleware, selfcheck
+from . import leak_middleware, selfcheck, warmup_sweep
 from .cgroup_limit import MemoryCgroup
 from .drill_settings import LEAK_ALERT, DrillConfig
 from .judging import (  # DrillResult, check_phase, check_arguments, rate_leak_phase: also imported from here
@@ -140,7 +139,7 @@ class Drill:
     def warm_up(self, service: str = "vllm") -> None:
         # vLLM's per-batch-size caches first: filling them during the control phase reads as a leak.
         url = self.url(service)
-        vllm_warmup.sweep_batch_sizes(url, "demo")
+        warmup_sweep.sweep_batch_sizes(url, "demo")
         rules = conventions.for_profile("demo")  # the served model's client conventions, as the load test's
         for i in range(self.cfg.warmup_requests):
             resp = requests.post(

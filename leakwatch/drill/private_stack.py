@@ -20,7 +20,6 @@ from pathlib import Path
 import psutil
 import requests
 
-from .. import vllm_warmup
 from ..core import webauth
 from ..core.ports import free_port
 from ..core.promapi import Prometheus
@@ -29,6 +28,7 @@ from ..core.state_layout import StateLayout
 from ..core.topology import CANARY_SERVICES
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..native.runner import NativeStack
+from . import warmup_sweep
 from .drill_settings import DrillConfig, scaled_alertmanager, with_scrape_interval, write_rules
 
 # Both sides' exporters sample at the drill's pace (the canary's with `make up CANARY=1`'s layout).
@@ -66,7 +66,7 @@ class DrillStack(NativeStack):
                     f"{max(60.0 / self.compression, 2.0):g}",
                     # The baseline comes after the warm-up's batch-size sweep, not in one of its pauses.
                     "--warmup-requests",
-                    str(vllm_warmup.SWEEP_REQUESTS),
+                    str(warmup_sweep.SWEEP_REQUESTS),
                 ]
                 prog = dataclasses.replace(prog, command=[*prog.command, *extra])
             out.append(prog)

@@ -13,13 +13,12 @@ import time
 
 import pytest
 
-from leakwatch import vllm_warmup
 from leakwatch.core import webauth
 from leakwatch.core.metric_catalogue import HOST_LEAK_MEASURE
 from leakwatch.core.paths import REPO_ROOT
 from leakwatch.core.settings import load as load_settings
 from leakwatch.core.topology import exporter_service, vllm_service
-from leakwatch.drill import drill_settings
+from leakwatch.drill import drill_settings, warmup_sweep
 from leakwatch.drill.compose_backend import write_override
 from leakwatch.drill.orchestrator import DrillResult, check_phase, rate_leak_phase
 from leakwatch.generate.compose_healer import PROJECT, PROXY_HOST
@@ -453,7 +452,7 @@ def test_a_leak_in_vllm_fires_the_alert_and_the_healer_restarts_it_through_the_p
 
     assert getattr(compose_stack, "drill_override", None), "needs the drill stack of the test before"
     vllm_url = compose_stack.http.url("vllm")
-    vllm_warmup.sweep_batch_sizes(vllm_url, "demo")  # the native drill's warm-up
+    warmup_sweep.sweep_batch_sizes(vllm_url, "demo")  # the native drill's warm-up
     for i in range(DRILL.warmup_requests):
         requests.post(
             vllm_url + "/v1/chat/completions",

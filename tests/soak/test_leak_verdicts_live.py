@@ -23,8 +23,7 @@ import time
 import pytest
 import requests
 
-from leakwatch import vllm_warmup
-from leakwatch.drill import engine_leak, leak_middleware
+from leakwatch.drill import engine_leak, leak_middleware, warmup_sweep
 from leakwatch.leakcheck.command import add_arguments, run_check
 from tests.support.native_stack import running_native_stack
 
@@ -64,7 +63,7 @@ def stack(tmp_path_factory):
         assert supervisor.getProcessInfo("healer")["statename"] == "STOPPED"
         # vLLM's per-batch-size caches filled before any window: otherwise the bursts' new batch sizes
         # grow the worker, and CI got LEAK for host/worker/0, where nothing was injected.
-        vllm_warmup.sweep_batch_sizes(running.vllm_url, running.model)
+        warmup_sweep.sweep_batch_sizes(running.vllm_url, running.model)
         # Then bursts of the phases' own shape, on the path nothing leaks on: on a loaded CI host the
         # worker still grew ~600 B/request through the first window after the sweep alone (INCONCLUSIVE
         # where nothing was injected); here, under 2 CPU hogs, it grew 270 kB over the first 3 bursts

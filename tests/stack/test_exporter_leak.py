@@ -23,10 +23,9 @@ import psutil
 import pytest
 import requests
 
-from leakwatch import vllm_warmup
 from leakwatch.core.metric_catalogue import exporter_metrics
 from leakwatch.core.ports import free_port
-from leakwatch.drill import leak_middleware
+from leakwatch.drill import leak_middleware, warmup_sweep
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
 from tests.support.native_stack import SHARED_LEAK_BYTES
@@ -79,7 +78,7 @@ def exporter(native_stack, tmp_path_factory):
                 "--port",
                 str(port),
                 "--warmup-requests",
-                str(vllm_warmup.SWEEP_REQUESTS),
+                str(warmup_sweep.SWEEP_REQUESTS),
                 "--sample-interval",
                 str(SAMPLE_INTERVAL_S),
                 "--retention-idle",
@@ -164,7 +163,7 @@ def warm_up(stack) -> None:
     """Exactly the exporter's warm-up: the batch-size sweep, so vLLM's per-size caches are full before
     the baseline (without it the CPU worker grew 321 kB/request in the control run on a loaded 2-core
     host, oneDNN compiling kernels for the burst's new batch sizes; tests/soak/test_onednn_cache_bound.py)."""
-    vllm_warmup.sweep_batch_sizes(stack.vllm_url, stack.model)
+    warmup_sweep.sweep_batch_sizes(stack.vllm_url, stack.model)
 
 
 def baseline_ready(url: str) -> Scraped | None:

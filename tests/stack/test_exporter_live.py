@@ -10,8 +10,8 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry
 
-from leakwatch import vllm_warmup
 from leakwatch.core.metric_catalogue import exporter_metrics
+from leakwatch.drill import warmup_sweep
 from leakwatch.exporter.collector import ExporterConfig, VllmMemoryCollector
 from tests.support import vllm_tree
 from tests.support.exporter_scrape import Scraped
@@ -117,7 +117,7 @@ def test_a_plain_server_grows_near_zero_per_request(native_stack):
     # vLLM's per-batch-size caches filled first (on a loaded host the bursts below met new batch
     # sizes: the worker grew 164 kB/request over 200 requests when this test ran first), then the
     # pools warmed by a burst of the same shape.
-    vllm_warmup.sweep_batch_sizes(native_stack.vllm_url, native_stack.model)
+    warmup_sweep.sweep_batch_sizes(native_stack.vllm_url, native_stack.model)
     complete(native_stack, 40, concurrency=16)
     deadline = time.monotonic() + 60
     while collector.derived.baseline is None:

@@ -19,8 +19,8 @@ import concurrent.futures
 
 import requests
 
-from .core import vllm_key
-from .loadgen import conventions
+from ..core import vllm_key
+from ..loadgen import conventions
 
 # Prompt lengths of the sequential stretch: one more word each, so the prefill batches take ~this
 # many sizes, past the 32 vLLM's oneDNN handler keeps per layer plus the demo profile's bound of 64
