@@ -68,9 +68,11 @@ def test_streams_keep_to_the_script_and_the_record_says_when(reference):
         # lag of a shared machine. The record holds what really happened either way.
         assert scripted_ttft - 0.002 <= ttft < scripted_ttft + 0.25
         assert all(g - 0.002 <= got < g + 0.25 for g, got in zip(gaps, itls)), (gaps, itls)
-        # The client sees the first token once the server wrote it (the server stamps right after its
-        # send returns, which can be microseconds after the client already read it), not much later.
-        assert ttft - 0.001 <= result.ttft < ttft + 0.25
+        # The client sees the first token once the server wrote it, not much later. Its reading can be
+        # earlier than the server's stamp (taken after the send returns) by however long a loaded
+        # machine keeps the server from stamping, so the lower bound is the script's: no token can
+        # reach the client before the server sends it.
+        assert scripted_ttft - 0.002 <= result.ttft < ttft + 0.25
     assert truth.take_record(reference) == {}
 
 
