@@ -188,7 +188,7 @@ def test_an_idle_connection_is_replaced_before_it_goes_stale(monkeypatch):
 
 
 def test_opening_a_connection_is_not_counted_in_the_time_to_first_token():
-    """Another user's greenlet holds the event loop for a second while this one opens its connection
+    """Another user's greenlet holds the event loop for two seconds while this one opens its connection
     (what 256 users starting together do to each other): the time goes to `connect`, not to TTFT.
     Before the connection was opened inside the clock, TTFT read the whole hold for a server that
     answers at once. The second request reuses the connection. The hold is long enough that a busy
@@ -197,7 +197,7 @@ def test_opening_a_connection_is_not_counted_in_the_time_to_first_token():
 
     import gevent
 
-    hold_s = 1.0
+    hold_s = 2.0  # well above what a loaded machine adds to a local answer (ttft, e2e < hold_s / 2)
 
     def hog_the_loop():
         end = time.perf_counter() + hold_s
