@@ -125,8 +125,8 @@ def canary_override(settings: StackSettings, compose_doc: dict) -> dict:
         services[vllm_canary_service(name)] = vllm
         services[exporter_canary_service(name)] = base.exporter_definition(settings, profile, canary=True)
     services[ROUTER_SERVICE] = _router_service(settings, canary_profiles())
-    prometheus = compose_doc["services"]["prometheus"]["command"]
-    services["prometheus"] = {
+    prometheus = compose_doc["services"][COMPOSE_HOSTS["prometheus"]]["command"]
+    services[COMPOSE_HOSTS["prometheus"]] = {
         "command": [
             f"--config.file=/etc/prometheus/{PROMETHEUS_CONFIG}" if arg.startswith("--config.file=") else arg
             for arg in prometheus
@@ -134,8 +134,9 @@ def canary_override(settings: StackSettings, compose_doc: dict) -> dict:
     }
     # Alerts about the canary's exporter (or any other) are refused: the canary is judged, not healed.
     stable = compose_target(settings, "leakwatch_exporter")
-    services["healer"] = {
-        "command": [*compose_doc["services"]["healer"]["command"], "--target", f"{stable['job']}={stable['instance']}"]
+    healer = COMPOSE_HOSTS["healer"]
+    services[healer] = {
+        "command": [*compose_doc["services"][healer]["command"], "--target", f"{stable['job']}={stable['instance']}"]
     }
     return {"services": services}
 
@@ -144,14 +145,15 @@ def local_canary_override(settings: StackSettings, canary_doc: dict) -> dict:
     """compose.canary.local.yaml: compose.local.yaml's image swap for the canary's services; the
     canary vLLM keeps VLLM_CANARY_IMAGE as the way to run another build."""
     cpu_image = settings.service("vllm").extra["cpu_image"]
+    canary_vllms = {vllm_canary_service(name) for name in canary_profiles()}
     unwrapped = {
         "services": {
-            name: {**service, "image": cpu_image} if name.startswith("vllm-canary-") else service
+            name: {**service, "image": cpu_image} if name in canary_vllms else service
             for name, service in canary_doc["services"].items()
         }
     }
     local = local_override(settings, unwrapped)
     for name, service in local["services"].items():
-        if name.startswith("vllm-canary-"):
+        if name in canary_vllms:
             service["image"] = f"${{{base.CANARY_IMAGE_ENV}:-{service['image']}}}"
     return local
