@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.errors import LeakwatchError
 from ..core.settings import load as load_settings
 from ..core.state_layout import StateLayout
-from ..core.topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
+from ..core.topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s, native_url
 from . import healer_settings, token as heal_token
 from .decisions import WEBHOOK_PATH, Healer
 from .exporter_keeper import ExporterKeeper
@@ -164,7 +164,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     cfg = healer_settings.with_targets(cfg, args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
-    vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
+    vllm_url = args.vllm_url or native_url(settings, "vllm")
     probe = None
     if args.restarter == "kubernetes":
         restarter, probe = _kubernetes_restarter(args)

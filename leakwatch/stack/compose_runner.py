@@ -17,6 +17,7 @@ from ..core.errors import LeakwatchError
 from ..core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, STATE_DIR_ENV, state_dir
 from ..core.settings import load as load_settings
 from ..core.state_layout import StateLayout
+from ..core.topology import reachable_host
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
@@ -277,7 +278,7 @@ def up(model: str, out=sys.stdout, extra_files: tuple = (), canary: bool = False
     if canary:
         _wait_router_sides()
     settings = load_settings()
-    host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
+    host = reachable_host(settings.bind_address)
     grafana = (
         f"http://{host}:{settings.service('grafana').port}  (user admin, password from .env)"
         if not local
