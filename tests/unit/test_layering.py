@@ -156,3 +156,72 @@ def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
             hits |= {s for s in selectors if s in text}
             found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
     assert found == [], "\n".join(found)
+
+
+def _literal_parts(tree: ast.AST):
+    """(string literal, whether an f-string's placeholder follows it) for every string in `tree`."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for part, after in zip(node.values, [*node.values[1:], None], strict=True):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    inside.add(id(part))
+                    yield part, isinstance(after, ast.FormattedValue)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inside:
+            yield node, False
+
+
+def hand_built(source: str) -> list[tuple[int, str]]:
+    """(line, literal) of every compose address, profile service or state folder `source` writes itself:
+    a compose host before a `:` or `-` that an f-string fills in (f"http://vllm:{port}",
+    f"vllm-{profile}"), a host's URL with its port or a host's prefix as a literal ("http://vllm:8000",
+    "vllm-canary-"), and the state folder's name (".stack") as a path."""
+    from leakwatch.core.topology import COMPOSE_HOSTS
+
+    hosts = "|".join(sorted(map(re.escape, set(COMPOSE_HOSTS.values()) - {"localhost"}), key=len, reverse=True))
+    built = re.compile(rf"(?:^|[^\w.-])(?:{hosts})[:-]$")
+    spelled = re.compile(rf"//(?:{hosts}):(?:\d|$)|^(?:{hosts})-$")
+    state_folder = re.compile(r"(?:^|[\s/:-])\.stack(?:/|}|$)")
+    return [
+        (node.lineno, node.value)
+        for node, filled in _literal_parts(ast.parse(source))
+        if (filled and built.search(node.value)) or spelled.search(node.value) or state_folder.search(node.value)
+    ]
+
+
+def test_compose_addresses_service_names_and_the_state_folder_are_written_only_in_the_core():
+    """A service's address on the compose network (`http://vllm:8000`, `alertmanager:9093`) comes from
+    core/topology.py (compose_url, compose_address), and so does the compose service of a profile
+    (`vllm-<profile>`, `leakwatch-exporter-<profile>`: profile_service). The state folder (`.stack`)
+    is named only in core/paths.py; what lives in it, in core/state_layout.py."""
+    found = [
+        f"{name}:{line}: {text!r}"
+        for name, path in sorted(MODULES.items())
+        if name not in CORE
+        for line, text in hand_built(path.read_text())
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_hand_built_check_sees_what_it_is_for():
+    """The leaks the check above was written for (compose.py, compose_healer.py, the compose drill,
+    the local image build), and what it leaves alone (vLLM's metric names, prose about a URL)."""
+    leaks = (
+        'x = f"http://vllm:{p}", f"vllm-{profile}", f"leakwatch-exporter-{profile}", f"alertmanager:{p}", '
+        '"http://vllm:8000", "vllm-canary-", REPO_ROOT / ".stack" / "docker", "${STATE:-./.stack}/router"'
+    )
+    assert sorted(text for _, text in hand_built(leaks)) == sorted(
+        [
+            "http://vllm:",
+            "vllm-",
+            "leakwatch-exporter-",
+            "alertmanager:",
+            "http://vllm:8000",
+            "vllm-canary-",
+            ".stack",
+            "${STATE:-./.stack}/router",
+        ]
+    )
+    fine = 'x = f"vllm:kv_cache_usage_perc{{{s}}}", "vllm:", "the healer (http://healer:<port>)", "vllm-cpu"'
+    assert hand_built(fine) == []
