@@ -77,6 +77,8 @@ COMPOSE_HOSTS = {
 COMPOSE_SELF_SCRAPE = {"prometheus": "localhost"}
 # Scraped only where a GPU profile runs it (compose finds it by DNS; the chart by its own job).
 DCGM_JOB = "dcgm"
+# Where Alertmanager posts remediation alerts to the healer, in every runner and the chart.
+HEALER_WEBHOOK_PATH = "/alerts"
 
 
 def compose_address(settings: StackSettings, service: str) -> str:

@@ -29,12 +29,12 @@ import requests
 from .. import vllm_warmup
 from ..core import alert_config, vllm_key, webauth
 from ..core.errors import LeakwatchError
-from ..core.paths import REPO_ROOT
+from ..core.paths import REPO_ROOT, STATE_DIR_ENV
 from ..core.ports import free_port
 from ..core.promapi import Prometheus
 from ..core.settings import load as load_settings, ready_path
 from ..core.state_layout import StateLayout
-from ..core.topology import CANARY_SERVICES
+from ..core.topology import CANARY_SERVICES, HEALER_WEBHOOK_PATH, LOOPBACK_ADDRESS
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..heal import healer_settings
 from ..leakcheck.analysis import CheckResult
@@ -164,7 +164,7 @@ class Drill:
     # -- helpers -----------------------------------------------------------------------------------
 
     def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[self.settings.service(service).port_env]}"
+        return f"http://{LOOPBACK_ADDRESS}:{self.ports[self.settings.service(service).port_env]}"
 
     @property
     def prom(self) -> Prometheus:
@@ -211,7 +211,7 @@ class Drill:
             "--stop-timeout",
             "10",
         ]
-        log = open(self.state / "logs" / f"{log_name}.log", "w")  # noqa: SIM115 - the child owns it
+        log = open(StateLayout(self.state).log(log_name), "w")  # noqa: SIM115 - the child owns it
         return subprocess.Popen(
             cmd,
             stdout=log,
@@ -278,7 +278,7 @@ class Drill:
     def repeat_notification(self) -> list[str]:
         """What Alertmanager's repeat_interval does: the same notification again. The healer must
         answer without a second restart."""
-        token = (self.state / "secrets" / "healer-token").read_text().strip()
+        token = StateLayout(self.state).healer_token.read_text().strip()
         body = {
             "version": "4",
             "status": "firing",
@@ -292,7 +292,10 @@ class Drill:
             "alerts": self.episode,
         }
         resp = requests.post(
-            f"{self.url('healer')}/alerts", json=body, timeout=10, headers={"Authorization": f"Bearer {token}"}
+            self.url("healer") + HEALER_WEBHOOK_PATH,
+            json=body,
+            timeout=10,
+            headers={"Authorization": f"Bearer {token}"},
         )
         return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]
 
@@ -317,12 +320,12 @@ class Drill:
         cfg = self.cfg
         layout = StateLayout(self.state)
         layout.make_dirs()
-        rules_dir = self.state / "conf" / "rules"
+        rules_dir = layout.conf / "rules"
         write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s, self.alert)
         # The production routing (the runner points its webhook at this stack's healer), time-scaled.
         am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
-        self._env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
-        os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
+        self._env_before = {k: os.environ.get(k) for k in [*self.ports, STATE_DIR_ENV]}
+        os.environ.update({**self.ports, STATE_DIR_ENV: str(self.state)})
         stack = self.stack = DrillStack(layout, self.settings)
         stack.compression = cfg.time_compression
         self.say(

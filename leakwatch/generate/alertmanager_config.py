@@ -8,9 +8,8 @@ name and secret vs 127.0.0.1 and the state directory), so one function builds bo
 from __future__ import annotations
 
 from ..core.settings import StackSettings
-from ..core.topology import compose_url, native_url
+from ..core.topology import HEALER_WEBHOOK_PATH, compose_url, native_url
 from ..heal import healer_settings
-from ..heal.decisions import WEBHOOK_PATH
 from .compose_healer import SECRET_PATH
 
 # Labels that identify what an alert is about; a critical alert silences its warning twin only when
@@ -81,8 +80,8 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
 
 def compose_alertmanager_config(settings: StackSettings) -> dict:
     # In compose, Alertmanager reads the healer's bearer token from the secret the healer reads it from.
-    return alertmanager_config(compose_url(settings, "healer") + WEBHOOK_PATH, SECRET_PATH)
+    return alertmanager_config(compose_url(settings, "healer") + HEALER_WEBHOOK_PATH, SECRET_PATH)
 
 
 def native_alertmanager_config(settings: StackSettings, healer_token_file: str) -> dict:
-    return alertmanager_config(native_url(settings, "healer") + WEBHOOK_PATH, healer_token_file)
+    return alertmanager_config(native_url(settings, "healer") + HEALER_WEBHOOK_PATH, healer_token_file)

@@ -133,15 +133,16 @@ def test_what_runs_in_production_imports_no_generator():
 
 
 def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
-    """config/stack.yaml's ports and health paths and config/alerts.yaml's job selectors appear,
+    """config/stack.yaml's ports and health paths, the healer's webhook path and config/alerts.yaml's job selectors appear,
     as literals, nowhere in the package outside the core layer (generated files are not Python)."""
-    from leakwatch.core import alert_config
+    from leakwatch.core import alert_config, topology
     from leakwatch.core.settings import load as load_settings
 
     services = load_settings().services.values()
     ports = {str(s.default_port) for s in services}
     paths = {s.health_path for s in services if s.health_path} - {"/metrics"}  # every exporter's, not a fact of ours
     selectors = {alert_config.load().selector(e) for e in ("vllm", "node")} - {""}
+    webhook = topology.HEALER_WEBHOOK_PATH  # a path of its own (Alertmanager's API also ends in /alerts)
     port_in_url = re.compile(r"(?::|port )(\d{2,5})\b")
     found = []
     for name, path in sorted(MODULES.items()):
@@ -154,6 +155,7 @@ def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
             hits = {p for p in port_in_url.findall(text) if p in ports}
             hits |= {p for p in paths if text == p or f'{p}"' in text or text.endswith(p)}
             hits |= {s for s in selectors if s in text}
+            hits |= {webhook} if text == webhook else set()
             found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
     assert found == [], "\n".join(found)
 
