@@ -229,7 +229,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             ],
             "volumes": ["./alertmanager:/etc/alertmanager:ro", "alertmanager-data:/alertmanager"],
             # The healer's bearer token for the remediation webhook (alertmanager.yml reads the file).
-            "secrets": ["healer_token"],
+            "secrets": [compose_healer.SECRET],
             "ports": [published_port(settings, "alertmanager")],
             "healthcheck": _http_check(f"http://localhost:{am_port}{settings.service('alertmanager').ready_path}"),
             "restart": "unless-stopped",
