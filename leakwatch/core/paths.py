@@ -16,9 +16,14 @@ GRAFANA_DIR = REPO_ROOT / "grafana"
 COMPOSE_SECRETS_DIR = REPO_ROOT / "secrets"
 
 
+# The state folder's variable, and where it is without one (git-ignored).
+STATE_DIR_ENV = "LEAKWATCH_STATE_DIR"
+DEFAULT_STATE_DIR = REPO_ROOT / ".stack"
+
+
 def state_dir() -> Path:
     """Runtime files of the native stack (configs, data, logs, demo model); never committed.
 
     LEAKWATCH_STATE_DIR lets tests and parallel checkouts run separate stacks side by side.
     """
-    return Path(os.environ.get("LEAKWATCH_STATE_DIR", REPO_ROOT / ".stack")).resolve()
+    return Path(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR)).resolve()

@@ -1,4 +1,5 @@
-"""The files of one native stack under its state directory."""
+"""The files under a state directory: one native stack's, and what the compose runner and the local
+image build keep there."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import state_dir
+
+# compose.canary.yaml mounts this folder of the state directory into the canary router's container
+# (leakwatch/generate/compose_canary.py), where HAProxy makes its admin socket.
+COMPOSE_ROUTER_DIR = "canary-router"
+ROUTER_ADMIN_SOCKET = "admin.sock"
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,23 @@ class StateLayout:
     def stack_info(self) -> Path:
         """What `up` started (model, ports), read by status/down and by other tools."""
         return self.root / "stack.json"
+
+    @property
+    def compose_record(self) -> Path:
+        """What the last compose `up` used (image set, profile, engine), read by down/status/logs."""
+        return self.root / "compose-stack.json"
+
+    @property
+    def compose_router_socket(self) -> Path:
+        """The compose canary router's admin socket on the host."""
+        return self.root / COMPOSE_ROUTER_DIR / ROUTER_ADMIN_SOCKET
+
+    @property
+    def docker(self) -> Path:
+        """Docker's work files: the local image build's (leakwatch/stack/local_images.py: base image
+        root, build contexts, image-build.log); in the default state folder also the tests' private
+        engine (tests/support/docker_engine.py: socket, pidfile, exec root)."""
+        return self.root / "docker"
 
     def log(self, program: str) -> Path:
         return self.logs / f"{program}.log"

@@ -15,6 +15,9 @@ from .settings import StackSettings
 
 # supervisord's program name for vLLM in the native runner (the healer's restarter stops and starts it).
 VLLM_PROGRAM = "vllm"
+# ... for the healer (drills that must not be healed stop it) and the canary router.
+HEALER_PROGRAM = "healer"
+CANARY_ROUTER_PROGRAM = "canary-router"
 
 # The canary rollout's two sides (docs/canary.md): HAProxy's server names in the router and the
 # values of the `deployment` label Prometheus puts on each side's series.
@@ -53,9 +56,10 @@ class ScrapeJob:
     target_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-# Compose service names (DNS names on the compose network).
+# Compose service names (DNS names on the compose network), by service in config/stack.yaml. Every
+# compose file names these services by them (the keys of its `services:`, or a network alias).
 COMPOSE_HOSTS = {
-    "prometheus": "localhost",
+    "prometheus": "prometheus",
     "alertmanager": "alertmanager",
     "node_exporter": "node-exporter",
     "vllm": "vllm",
@@ -67,20 +71,40 @@ COMPOSE_HOSTS = {
     "vllm_canary": "vllm-canary",
     "leakwatch_exporter_canary": "leakwatch-exporter-canary",
     "canary_router": "canary-router",
+    "grafana": "grafana",
 }
+# Prometheus scrapes itself on its own loopback, not through its name on the compose network.
+COMPOSE_SELF_SCRAPE = {"prometheus": "localhost"}
 # Scraped only where a GPU profile runs it (compose finds it by DNS; the chart by its own job).
 DCGM_JOB = "dcgm"
+# Where Alertmanager posts remediation alerts to the healer, in every runner and the chart.
+HEALER_WEBHOOK_PATH = "/alerts"
+
+
+def compose_address(settings: StackSettings, service: str) -> str:
+    """host:port of a service from another container on the compose network."""
+    return f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}"
 
 
 def compose_url(settings: StackSettings, service: str) -> str:
     """A service's URL from another container on the compose network."""
-    return f"http://{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}"
+    return f"http://{compose_address(settings, service)}"
+
+
+def _compose_scrape_address(settings: StackSettings, service: str) -> str:
+    """Where compose's Prometheus scrapes a service: its compose address, or its own loopback."""
+    if service in COMPOSE_SELF_SCRAPE:
+        return f"{COMPOSE_SELF_SCRAPE[service]}:{settings.service(service).default_port}"
+    return compose_address(settings, service)
+
+
+def _job_of(service: str) -> str:
+    return ({service: job for job, service in CORE_JOBS.items()} | {"dcgm_exporter": DCGM_JOB})[service]
 
 
 def compose_target(settings: StackSettings, service: str) -> dict[str, str]:
     """The job and instance labels Prometheus gives a service's series under compose."""
-    jobs = {service: job for job, service in CORE_JOBS.items()} | {"dcgm_exporter": DCGM_JOB}
-    return {"instance": f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}", "job": jobs[service]}
+    return {"instance": _compose_scrape_address(settings, service), "job": _job_of(service)}
 
 
 # The label on every profile's vLLM container: what the healer restarts, and all the socket proxy
@@ -89,29 +113,36 @@ VLLM_CONTAINER_LABEL = "io.leakwatch.role=vllm"
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 
 
-VLLM_SERVICE_PREFIX = "vllm-"
+def profile_service(service: str, profile: str) -> str:
+    """compose's service running `service` (config/stack.yaml) for one model profile: the network
+    alias every profile's service of that kind carries (COMPOSE_HOSTS), then the profile's name."""
+    return f"{COMPOSE_HOSTS[service]}-{profile}"
 
 
 def vllm_service(profile: str) -> str:
     """compose's service for a profile's vLLM."""
-    return VLLM_SERVICE_PREFIX + profile
+    return profile_service("vllm", profile)
+
+
+# Every profile's vLLM service starts with this (the healer maps one to its exporter by it).
+VLLM_SERVICE_PREFIX = vllm_service("")
 
 
 def exporter_service(profile: str) -> str:
     """compose's service for the exporter beside a profile's vLLM (in its PID namespace)."""
-    return f"leakwatch-exporter-{profile}"
+    return profile_service("leakwatch_exporter", profile)
 
 
 def vllm_canary_service(profile: str) -> str:
     """compose's service for a profile's canary vLLM (compose.canary.yaml). Not named like the stable
     one (`vllm-<profile>`): the socket proxy's restart rule matches those names, and the healer never
     restarts the canary."""
-    return f"vllm-canary-{profile}"
+    return profile_service(CANARY_SERVICES["vllm"], profile)
 
 
 def exporter_canary_service(profile: str) -> str:
     """compose's service for the exporter beside a profile's canary vLLM."""
-    return f"leakwatch-exporter-canary-{profile}"
+    return profile_service(CANARY_SERVICES["leakwatch"], profile)
 
 
 def compose_container(project: str, service: str) -> str:
@@ -143,8 +174,31 @@ LOADGEN_FILES = "loadgen-*.json"
 COMPOSE_TARGETS_DIR = "/etc/prometheus/targets"
 
 
-def _native_target(settings: StackSettings, service: str) -> str:
-    return f"127.0.0.1:{settings.service(service).port}"
+# How the stack's own tools reach its servers on this host, and the names that all mean this host.
+LOOPBACK_ADDRESS = "127.0.0.1"
+LOOPBACK_HOSTS = (LOOPBACK_ADDRESS, "localhost", "::1")
+WILDCARD_ADDRESSES = ("0.0.0.0", "::")
+
+
+def reachable_host(bind_address: str) -> str:
+    """The address that reaches, from this host, a server listening on `bind_address` (one that
+    listens on every address is reached on the loopback)."""
+    return LOOPBACK_ADDRESS if bind_address in WILDCARD_ADDRESSES else bind_address
+
+
+def native_address(settings: StackSettings, service: str) -> str:
+    """host:port of a service from the native stack's other processes (and its Prometheus)."""
+    return f"{LOOPBACK_ADDRESS}:{settings.service(service).port}"
+
+
+def native_url(settings: StackSettings, service: str) -> str:
+    """A service's URL from the native stack's other processes."""
+    return f"http://{native_address(settings, service)}"
+
+
+def native_target(settings: StackSettings, service: str) -> dict[str, str]:
+    """The job and instance labels Prometheus gives a service's series in the native stack."""
+    return {"instance": native_address(settings, service), "job": _job_of(service)}
 
 
 def _core_jobs(canary: bool, target: Callable[[str], str]) -> list[ScrapeJob]:
@@ -162,7 +216,7 @@ def _core_jobs(canary: bool, target: Callable[[str], str]) -> list[ScrapeJob]:
 
 
 def native_jobs(settings: StackSettings, targets_dir: Path | None = None, canary: bool = False) -> list[ScrapeJob]:
-    jobs = _core_jobs(canary, lambda service: _native_target(settings, service))
+    jobs = _core_jobs(canary, lambda service: native_address(settings, service))
     if targets_dir is not None:
         jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(str(Path(targets_dir) / LOADGEN_FILES),)))
     return jobs
@@ -170,7 +224,7 @@ def native_jobs(settings: StackSettings, targets_dir: Path | None = None, canary
 
 def compose_jobs(settings: StackSettings, canary: bool = False) -> list[ScrapeJob]:
     """canary: prometheus/prometheus-canary.yml's jobs (compose.canary.yaml)."""
-    jobs = _core_jobs(canary, lambda service: f"{COMPOSE_HOSTS[service]}:{settings.service(service).default_port}")
+    jobs = _core_jobs(canary, lambda service: _compose_scrape_address(settings, service))
     dcgm_port = settings.service("dcgm_exporter").default_port
     jobs.append(ScrapeJob(DCGM_JOB, [], dns_names=(COMPOSE_HOSTS["dcgm_exporter"],), dns_port=dcgm_port))
     jobs.append(ScrapeJob(LOADGEN_JOB, [], file_sd=(f"{COMPOSE_TARGETS_DIR}/{LOADGEN_FILES}",)))

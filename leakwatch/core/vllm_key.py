@@ -45,6 +45,7 @@ def key_for(url: str | None) -> str | None:
     """The key to send to the vLLM at url: $VLLM_API_KEY_FILE's, or this native stack's own when url is its vLLM."""
     from .settings import load as load_settings
     from .state_layout import StateLayout
+    from .topology import LOOPBACK_HOSTS
 
     explicit = os.environ.get(KEY_FILE_ENV, "").strip()
     if explicit:
@@ -53,10 +54,7 @@ def key_for(url: str | None) -> str | None:
         return None
     parsed = urlparse(url)
     settings = load_settings()
-    if (
-        parsed.hostname not in ("127.0.0.1", "localhost", "::1", settings.bind_address)
-        or parsed.port != settings.service("vllm").port
-    ):
+    if parsed.hostname not in (*LOOPBACK_HOSTS, settings.bind_address) or parsed.port != settings.service("vllm").port:
         return None
     path = StateLayout.current().secrets / KEY_FILE
     return read(path) if path.exists() else None

@@ -22,7 +22,6 @@ USER = "leakwatch"
 PASSWORD_FILE = "web-password"  # in the stack's secrets folder
 WEB_CONFIG_FILE = "web-config.yml"
 PASSWORD_FILE_ENV = "LEAKWATCH_WEB_PASSWORD_FILE"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _private_write(path: Path, text: str, mode: int) -> None:
@@ -80,9 +79,10 @@ def _stack_password_file(url: str) -> Path | None:
     from .paths import COMPOSE_SECRETS_DIR
     from .settings import load as load_settings
     from .state_layout import StateLayout
+    from .topology import LOOPBACK_HOSTS
 
     parsed = urlparse(url)
-    if parsed.hostname not in LOOPBACK + (load_settings().bind_address,):
+    if parsed.hostname not in LOOPBACK_HOSTS + (load_settings().bind_address,):
         return None
     settings = load_settings()
     if parsed.port not in (settings.service("prometheus").port, settings.service("alertmanager").port):

@@ -9,15 +9,12 @@ the container paths named here.
 from __future__ import annotations
 
 from ..core.settings import StackSettings, load as load_settings
+from ..core.topology import compose_url
 
 DATASOURCE_TYPE = "prometheus"
 DATASOURCE_UID = "prometheus"
 DATASOURCE_NAME = "Prometheus"
 ALERTMANAGER_UID = "alertmanager"
-
-# Compose service names Grafana reaches on the compose network (keys in compose.yaml's services).
-PROMETHEUS_SERVICE = "prometheus"
-ALERTMANAGER_SERVICE = "alertmanager"
 
 # Inside the Grafana container: Grafana reads provisioning from its default path, and the provider
 # below reads dashboards from the second.
@@ -40,8 +37,6 @@ def _auth() -> dict:
 
 def datasources(settings: StackSettings | None = None) -> dict:
     settings = settings or load_settings()
-    prometheus_port = settings.service("prometheus").default_port
-    alertmanager_port = settings.service("alertmanager").default_port
     return {
         "apiVersion": 1,
         "datasources": [
@@ -50,7 +45,7 @@ def datasources(settings: StackSettings | None = None) -> dict:
                 "uid": DATASOURCE_UID,
                 "type": DATASOURCE_TYPE,
                 "access": "proxy",
-                "url": f"http://{PROMETHEUS_SERVICE}:{prometheus_port}",
+                "url": compose_url(settings, "prometheus"),
                 "isDefault": True,
                 "editable": False,
                 "jsonData": {
@@ -67,7 +62,7 @@ def datasources(settings: StackSettings | None = None) -> dict:
                 "uid": ALERTMANAGER_UID,
                 "type": "alertmanager",
                 "access": "proxy",
-                "url": f"http://{ALERTMANAGER_SERVICE}:{alertmanager_port}",
+                "url": compose_url(settings, "alertmanager"),
                 "editable": False,
                 "jsonData": {"implementation": "prometheus", "handleGrafanaManagedAlerts": False},
                 **_auth(),

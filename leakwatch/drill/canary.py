@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..core.topology import DEPLOYMENT_LABEL, DEPLOYMENTS
+from ..core.topology import DEPLOYMENT_LABEL, DEPLOYMENTS, HEALER_PROGRAM
 from ..leakcheck import compare
 from ..leakcheck.command import run_compare
 from . import leak_middleware
@@ -114,7 +114,7 @@ class CanaryDrill(Drill):
             self._start_stack()
             assert self.stack is not None
             # The healer would restart a leaking stable side mid-phase (its alerts are right to fire).
-            self.stack.rpc().stopProcess("healer", True)
+            self.stack.rpc().stopProcess(HEALER_PROGRAM, True)
             self.say(
                 f"{self.leaking_side} side keeps {cfg.bytes_per_request} B per /v1/completions request, the other "
                 f"frees it; {cfg.requests_per_day:g} requests a day through the router for "

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..core import yamlfmt
 from ..core.paths import REPO_ROOT
 from ..core.settings import load as load_settings
+from ..core.topology import COMPOSE_HOSTS, exporter_service, vllm_service
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..generate.compose import SOURCE_DIR, compose_document, compose_prometheus_config
 from . import leak_middleware
@@ -48,7 +49,7 @@ def write_override(
         path.chmod(0o755 if path.is_dir() else 0o644)
 
     base = compose_document()["services"]
-    vllm, exporter = f"vllm-{profile}", f"leakwatch-exporter-{profile}"
+    vllm, exporter = vllm_service(profile), exporter_service(profile)
     override = {
         "services": {
             vllm: {
@@ -72,13 +73,15 @@ def write_override(
                     f"{max(60.0 / compression, 2.0):g}",
                 ]
             },
-            "prometheus": {
+            COMPOSE_HOSTS["prometheus"]: {
                 "volumes": [
                     f"{folder / 'prometheus.yml'}:/etc/prometheus/prometheus.yml:ro",
                     f"{rules}:/etc/prometheus/rules:ro",
                 ]
             },
-            "alertmanager": {"volumes": [f"{folder / 'alertmanager.yml'}:/etc/alertmanager/alertmanager.yml:ro"]},
+            COMPOSE_HOSTS["alertmanager"]: {
+                "volumes": [f"{folder / 'alertmanager.yml'}:/etc/alertmanager/alertmanager.yml:ro"]
+            },
         }
     }
     path = folder / "compose.drill.yaml"

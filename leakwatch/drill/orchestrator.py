@@ -27,6 +27,7 @@ from ..core import alert_config, vllm_key
 from ..core.errors import LeakwatchError
 from ..core.paths import REPO_ROOT
 from ..core.promapi import Prometheus
+from ..core.state_layout import StateLayout
 from ..heal import healer_settings
 from ..leakcheck.analysis import CheckResult
 from ..loadgen import conventions
@@ -127,7 +128,7 @@ class Drill:
             "--stop-timeout",
             "10",
         ]
-        log = open(self.state / "logs" / f"{log_name}.log", "w")  # noqa: SIM115 - the child owns it
+        log = open(StateLayout(self.state).log(log_name), "w")  # noqa: SIM115 - the child owns it
         return subprocess.Popen(
             cmd,
             stdout=log,

@@ -21,11 +21,12 @@ import psutil
 import requests
 
 from ..core import webauth
+from ..core.paths import STATE_DIR_ENV
 from ..core.ports import free_port
 from ..core.promapi import Prometheus
 from ..core.settings import load as load_settings, ready_path
 from ..core.state_layout import StateLayout
-from ..core.topology import CANARY_SERVICES
+from ..core.topology import CANARY_SERVICES, HEALER_WEBHOOK_PATH, LOOPBACK_ADDRESS
 from ..generate.alertmanager_config import compose_alertmanager_config
 from ..native.runner import NativeStack
 from . import warmup_sweep
@@ -99,7 +100,7 @@ class PrivateStack:
         self._env_before: dict[str, str | None] = {}
 
     def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[self.settings.service(service).port_env]}"
+        return f"http://{LOOPBACK_ADDRESS}:{self.ports[self.settings.service(service).port_env]}"
 
     @property
     def prom(self) -> Prometheus:
@@ -112,12 +113,12 @@ class PrivateStack:
         cfg = self.cfg
         layout = StateLayout(self.state)
         layout.make_dirs()
-        rules_dir = self.state / "conf" / "rules"
+        rules_dir = layout.conf / "rules"
         write_rules(rules_dir, cfg.time_compression, cfg.scrape_interval_s, alert)
         # The production routing (the runner points its webhook at this stack's healer), time-scaled.
         am = scaled_alertmanager(compose_alertmanager_config(self.settings), cfg.time_compression, repeat_s=5.0)
-        self._env_before = {k: os.environ.get(k) for k in [*self.ports, "LEAKWATCH_STATE_DIR"]}
-        os.environ.update({**self.ports, "LEAKWATCH_STATE_DIR": str(self.state)})
+        self._env_before = {k: os.environ.get(k) for k in [*self.ports, STATE_DIR_ENV]}
+        os.environ.update({**self.ports, STATE_DIR_ENV: str(self.state)})
         stack = self.stack = DrillStack(layout, self.settings)
         stack.compression = cfg.time_compression
         say(
@@ -191,7 +192,7 @@ class PrivateStack:
     def replay_to_healer(self, alerts: list[dict]) -> list[str]:
         """What Alertmanager's repeat_interval does: the notification of `alerts` again, straight to
         the healer; its decisions (or the HTTP status)."""
-        token = (self.state / "secrets" / "healer-token").read_text().strip()
+        token = StateLayout(self.state).healer_token.read_text().strip()
         body = {
             "version": "4",
             "status": "firing",
@@ -205,6 +206,9 @@ class PrivateStack:
             "alerts": alerts,
         }
         resp = requests.post(
-            f"{self.url('healer')}/alerts", json=body, timeout=10, headers={"Authorization": f"Bearer {token}"}
+            self.url("healer") + HEALER_WEBHOOK_PATH,
+            json=body,
+            timeout=10,
+            headers={"Authorization": f"Bearer {token}"},
         )
         return [a["decision"] for a in resp.json().get("alerts", [])] if resp.ok else [f"HTTP {resp.status_code}"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import requests
 
+from ..core.topology import HEALER_PROGRAM
 from ..leakcheck.analysis import LEAK, NO_LEAK
 from ..realleaks import forecast, triggers
 from ..realleaks.catalogue import Case, Catalogue
@@ -228,7 +229,7 @@ class RealLeakDrill(Drill):
             self._start_stack()
             assert self.stack is not None
             # A reproduced leak is the point: the healer must not restart vLLM in the middle.
-            self.stack.rpc().stopProcess("healer", True)
+            self.stack.rpc().stopProcess(HEALER_PROGRAM, True)
             self.declared_bounds = {
                 (r["metric"].get("role", ""), r["metric"].get("cache", "")): float(r["value"][1])
                 for r in self.prom.query("leakwatch_vllm_cache_bound_bytes")

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from ..core.errors import LeakwatchError
 from ..core.profiles import load as load_profile
 from ..core.settings import load as load_settings
+from ..core.topology import native_url
 from .collector import ExporterConfig, VllmMemoryCollector
 from .process_tree import DEFAULT_TITLE_PREFIX
 from .procfs import ProcFS
@@ -133,7 +134,7 @@ def _check(condition: bool, message: str) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     settings = load_settings()
-    vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
+    vllm_url = args.vllm_url or native_url(settings, "vllm")
     _check(vllm_url.startswith(("http://", "https://")), f"--vllm-url {vllm_url!r} must start with http:// or https://")
     _check(args.warmup_requests >= 0, f"--warmup-requests {args.warmup_requests} must be >= 0")
     for flag, value in (

@@ -8,12 +8,10 @@ name and secret vs 127.0.0.1 and the state directory), so one function builds bo
 from __future__ import annotations
 
 from ..core.settings import StackSettings
-from ..core.topology import COMPOSE_HOSTS
+from ..core.topology import HEALER_WEBHOOK_PATH, compose_url, native_url
 from ..heal import healer_settings
+from .compose_healer import SECRET_PATH
 
-HEALER_PATH = "/alerts"
-# Where Alertmanager reads the healer's bearer token in compose: the `healer_token` secret.
-COMPOSE_HEALER_TOKEN_FILE = "/run/secrets/healer_token"
 # Labels that identify what an alert is about; a critical alert silences its warning twin only when
 # all of them match (a label missing on both sides matches).
 IDENTITY_LABELS = ["alertname", "instance", "job", "model_name", "gpu", "Hostname", "role", "rank"]
@@ -81,10 +79,9 @@ def alertmanager_config(healer_url: str, healer_token_file: str) -> dict:
 
 
 def compose_alertmanager_config(settings: StackSettings) -> dict:
-    port = settings.service("healer").default_port
-    host = COMPOSE_HOSTS.get("healer", "healer")
-    return alertmanager_config(f"http://{host}:{port}{HEALER_PATH}", COMPOSE_HEALER_TOKEN_FILE)
+    # In compose, Alertmanager reads the healer's bearer token from the secret the healer reads it from.
+    return alertmanager_config(compose_url(settings, "healer") + HEALER_WEBHOOK_PATH, SECRET_PATH)
 
 
 def native_alertmanager_config(settings: StackSettings, healer_token_file: str) -> dict:
-    return alertmanager_config(f"http://127.0.0.1:{settings.service('healer').port}{HEALER_PATH}", healer_token_file)
+    return alertmanager_config(native_url(settings, "healer") + HEALER_WEBHOOK_PATH, healer_token_file)

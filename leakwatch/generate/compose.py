@@ -13,9 +13,11 @@ from ..core.settings import StackSettings, load as load_settings
 from ..core.topology import (
     CANARY_SERVICES,
     COMPOSE_HOSTS,
+    compose_address,
     compose_jobs,
+    compose_url,
     exporter_service,
-    vllm_canary_service,
+    profile_service,
     vllm_service,
 )
 from ..dashboards.provisioning import DASHBOARDS_PATH, PROVISIONING_PATH
@@ -161,7 +163,7 @@ def exporter_definition(settings: StackSettings, profile: model_profiles.Profile
         "profiles": [profile.name],
         "command": [
             "--vllm-url",
-            f"http://{COMPOSE_HOSTS[vllm]}:{settings.service(vllm).default_port}",
+            compose_url(settings, vllm),
             "--listen-address",
             "0.0.0.0",
             "--port",
@@ -175,7 +177,7 @@ def exporter_definition(settings: StackSettings, profile: model_profiles.Profile
             profile.name,
         ],
         "volumes": [f"leakwatch-state:{EXPORTER_STATE_DIR}"],
-        "pid": f"service:{vllm_canary_service(profile.name) if canary else vllm_service(profile.name)}",
+        "pid": f"service:{profile_service(vllm, profile.name)}",
         # The host's cgroup namespace, so the path in /proc/<vllm pid>/cgroup resolves under
         # /sys/fs/cgroup (the container's limit and usage).
         "cgroup": "host",
@@ -201,7 +203,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
     grafana_port = settings.service("grafana").default_port
 
     services: dict = {
-        "prometheus": {
+        COMPOSE_HOSTS["prometheus"]: {
             "image": settings.service("prometheus").image,
             "command": [
                 "--config.file=/etc/prometheus/prometheus.yml",
@@ -217,7 +219,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             "healthcheck": _http_check(f"http://localhost:{prom_port}{settings.service('prometheus').ready_path}"),
             "restart": "unless-stopped",
         },
-        "alertmanager": {
+        COMPOSE_HOSTS["alertmanager"]: {
             "image": settings.service("alertmanager").image,
             "command": [
                 "--config.file=/etc/alertmanager/alertmanager.yml",
@@ -227,12 +229,12 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             ],
             "volumes": ["./alertmanager:/etc/alertmanager:ro", "alertmanager-data:/alertmanager"],
             # The healer's bearer token for the remediation webhook (alertmanager.yml reads the file).
-            "secrets": ["healer_token"],
+            "secrets": [compose_healer.SECRET],
             "ports": [published_port(settings, "alertmanager")],
             "healthcheck": _http_check(f"http://localhost:{am_port}{settings.service('alertmanager').ready_path}"),
             "restart": "unless-stopped",
         },
-        "node-exporter": {
+        COMPOSE_HOSTS["node_exporter"]: {
             "image": settings.service("node_exporter").image,
             "command": [
                 "--path.rootfs=/host",
@@ -243,7 +245,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
             "ports": [published_port(settings, "node_exporter")],
             "restart": "unless-stopped",
         },
-        "grafana": {
+        COMPOSE_HOSTS["grafana"]: {
             "image": settings.service("grafana").image,
             "environment": {
                 "GF_SECURITY_ADMIN_USER": "admin",
@@ -259,13 +261,13 @@ def compose_document(settings: StackSettings | None = None) -> dict:
                 "grafana-data:/var/lib/grafana",
             ],
             "ports": [published_port(settings, "grafana")],
-            "depends_on": {"prometheus": {"condition": "service_healthy"}},
+            "depends_on": {COMPOSE_HOSTS["prometheus"]: {"condition": "service_healthy"}},
             "healthcheck": _http_check(f"http://localhost:{grafana_port}{settings.service('grafana').ready_path}"),
             "restart": "unless-stopped",
         },
     }
     if gpu_profiles:  # an empty `profiles:` list would mean "always on"
-        services["dcgm-exporter"] = {
+        services[COMPOSE_HOSTS["dcgm_exporter"]] = {
             "image": settings.service("dcgm_exporter").image,
             "profiles": gpu_profiles,
             "cap_add": ["SYS_ADMIN"],
@@ -281,7 +283,7 @@ def compose_document(settings: StackSettings | None = None) -> dict:
 
     # The healer restarts vLLM through a restart-only Docker socket proxy; Alertmanager sends it the token.
     services.update(compose_healer.healer_services(settings, leakwatch_image(settings), _http_check))
-    services["alertmanager"]["secrets"] = [compose_healer.SECRET]
+    services[COMPOSE_HOSTS["alertmanager"]]["secrets"] = [compose_healer.SECRET]
     # Prometheus and Alertmanager behind basic auth (leakwatch/generate/compose_webauth.py).
     compose_webauth.apply(services, settings)
 
@@ -312,7 +314,7 @@ def compose_prometheus_config(settings: StackSettings | None = None, canary: boo
     return prometheus_config(
         settings,
         compose_jobs(settings, canary),
-        alertmanager_targets=[f"alertmanager:{settings.service('alertmanager').default_port}"],
+        alertmanager_targets=[compose_address(settings, "alertmanager")],
         rule_files=["/etc/prometheus/rules/*.yml"],
         basic_auth=compose_webauth.basic_auth(),
     )

@@ -35,7 +35,7 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
     port = settings.service("healer").default_port
     proxy_port = settings.service("docker_socket_proxy").default_port
     return {
-        "healer": {
+        COMPOSE_HOSTS["healer"]: {
             **image,
             "entrypoint": ["leakwatch", "heal"],
             "command": [
@@ -54,7 +54,7 @@ def healer_services(settings: StackSettings, image: dict, http_check) -> dict:
                 "--compose-project",
                 PROJECT,
                 "--vllm-url",
-                f"http://vllm:{settings.service('vllm').default_port}",
+                compose_url(settings, "vllm"),
                 "--state-file",
                 f"{STATE_DIR}/state.json",
             ],

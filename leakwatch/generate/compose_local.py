@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core import profiles as model_profiles
 from ..core.settings import StackSettings
+from ..core.topology import COMPOSE_HOSTS
 from ..stack.local_images import STANDS_FOR, images
 
 HEADER = """\
@@ -26,10 +27,11 @@ GRAFANA_OFF_PROFILE = "grafana-official-image-only"
 def local_override(settings: StackSettings, compose_doc: dict) -> dict:
     built = images(settings)
     official = {settings.service(service).image: built[name].tag for name, service in STANDS_FOR.items()}
+    grafana = COMPOSE_HOSTS["grafana"]
     services: dict = {}
     for name, service in compose_doc["services"].items():
         image = service.get("image")
-        if name == "grafana":
+        if name == grafana:
             services[name] = {"profiles": [GRAFANA_OFF_PROFILE]}
         elif image in official:
             services[name] = {"image": official[image], "pull_policy": "never"}
@@ -43,6 +45,6 @@ def local_override(settings: StackSettings, compose_doc: dict) -> dict:
         "services": {
             name: svc
             for name, svc in services.items()
-            if set(compose_doc["services"][name].get("profiles", [])) <= cpu_profiles or name == "grafana"
+            if set(compose_doc["services"][name].get("profiles", [])) <= cpu_profiles or name == grafana
         }
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..core import webauth
 from ..core.paths import COMPOSE_SECRETS_DIR
 from ..core.settings import StackSettings
+from ..core.topology import COMPOSE_HOSTS
 
 SECRETS_DIR = f"./{COMPOSE_SECRETS_DIR.name}"
 WEB_CONFIG_SECRET = "web_config"
@@ -43,14 +44,14 @@ def _login_check(port: int, path: str) -> dict:
 
 def apply(services: dict, settings: StackSettings) -> None:
     for name in ("prometheus", "alertmanager"):
-        service = services[name]
+        service = services[COMPOSE_HOSTS[name]]
         service["command"].append(f"--web.config.file={WEB_CONFIG_PATH}")
         service["secrets"] = [*service.get("secrets", []), WEB_CONFIG_SECRET, PASSWORD_SECRET]
         spec = settings.service(name)
         service["healthcheck"] = _login_check(spec.default_port, spec.ready_path)
     # Grafana's image exports GF_*__FILE variables with the file's content (its run.sh); the provisioned
     # data sources read that variable (provisioning expands environment variables).
-    grafana = services["grafana"]
+    grafana = services[COMPOSE_HOSTS["grafana"]]
     grafana["secrets"] = [*grafana.get("secrets", []), PASSWORD_SECRET]
     grafana.setdefault("environment", {})[f"{GRAFANA_PASSWORD_ENV}__FILE"] = PASSWORD_PATH
 

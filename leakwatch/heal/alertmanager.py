@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 from urllib.parse import urlparse
 
-HEALER_HOST = "healer"
+from ..core.topology import COMPOSE_HOSTS
+
+HEALER_HOST = COMPOSE_HOSTS["healer"]
 
 
 def healer_webhooks(doc: dict) -> list[dict]:

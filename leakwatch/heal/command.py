@@ -18,9 +18,16 @@ from pathlib import Path
 from ..core.errors import LeakwatchError
 from ..core.settings import load as load_settings
 from ..core.state_layout import StateLayout
-from ..core.topology import VLLM_CONTAINER_LABEL, VLLM_PROGRAM, compose_url, docker_restart_wait_s
+from ..core.topology import (
+    HEALER_WEBHOOK_PATH,
+    VLLM_CONTAINER_LABEL,
+    VLLM_PROGRAM,
+    compose_url,
+    docker_restart_wait_s,
+    native_url,
+)
 from . import healer_settings, token as heal_token
-from .decisions import WEBHOOK_PATH, Healer
+from .decisions import Healer
 from .exporter_keeper import ExporterKeeper
 from .healer_metrics import HealerMetrics
 from .http_server import HealerServer
@@ -164,7 +171,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
     cfg = healer_settings.with_targets(cfg, args.target)
     host = args.listen or settings.bind_address
     port = args.port or settings.service("healer").port
-    vllm_url = args.vllm_url or f"http://127.0.0.1:{settings.service('vllm').port}"
+    vllm_url = args.vllm_url or native_url(settings, "vllm")
     probe = None
     if args.restarter == "kubernetes":
         restarter, probe = _kubernetes_restarter(args)
@@ -253,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         "healer listening on http://%s:%d%s (restarts %s; label %s=%s, cooldown %.0fs, at most %d/h)",
         host,
         port,
-        WEBHOOK_PATH,
+        HEALER_WEBHOOK_PATH,
         healer.restarter.describe(),
         healer.cfg.label_name,
         healer.cfg.label_value,

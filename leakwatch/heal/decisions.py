@@ -16,7 +16,6 @@ from .policy import NOT_REMEDIABLE, REMEDIATE, Policy, StateWriteError
 from .restarters import RestartError, TargetRefused
 
 log = logging.getLogger("leakwatch.heal")
-WEBHOOK_PATH = "/alerts"
 
 
 def safe(value: str, limit: int = 120) -> str:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..core.settings import load as load_settings
-from .decisions import WEBHOOK_PATH, Healer, safe
+from ..core.topology import HEALER_WEBHOOK_PATH
+from .decisions import Healer, safe
 from .payload import PayloadError, parse
 
 log = logging.getLogger("leakwatch.heal")
@@ -267,8 +268,8 @@ class HealerServer:
             return 0
         if req.method != "POST":
             raise Refusal(405, "method_not_allowed", f"{req.method[:20]} is not allowed", {"Allow": "GET, HEAD, POST"})
-        if req.path != WEBHOOK_PATH:
-            raise Refusal(404, "not_found", f"not found; the webhook is POST {WEBHOOK_PATH}")
+        if req.path != HEALER_WEBHOOK_PATH:
+            raise Refusal(404, "not_found", f"not found; the webhook is POST {HEALER_WEBHOOK_PATH}")
         if not self.healer.authorized(req.headers.get("authorization")):
             raise Refusal(
                 401,

@@ -19,9 +19,8 @@ from ..core.alert_config import ALERTS_FILE
 from ..core.metric_catalogue import rewrite_selectors
 from ..core.paths import REPO_ROOT
 from ..core.settings import StackSettings, load as load_settings
-from ..core.topology import DEPLOYMENT_LABEL
+from ..core.topology import DEPLOYMENT_LABEL, HEALER_WEBHOOK_PATH
 from ..heal import healer_settings
-from ..heal.decisions import WEBHOOK_PATH
 from . import identity
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "leakwatch"
@@ -89,9 +88,9 @@ def facts(settings: StackSettings | None = None) -> dict:
             "metrics": "/metrics",
             # The exporter's and the healer's health path (both serve it).
             "leakwatchHealth": settings.service("leakwatch_exporter").ready_path,
-            "healerWebhook": WEBHOOK_PATH,
+            "healerWebhook": HEALER_WEBHOOK_PATH,
         },
-        "jobs": dict(identity.JOBS),
+        "jobs": identity.facts_jobs(),
         "releaseLabel": identity.RELEASE_LABEL,
         "releasePlaceholder": identity.RELEASE_PLACEHOLDER,
         "nodeLabel": identity.NODE_LABEL,
@@ -99,7 +98,7 @@ def facts(settings: StackSettings | None = None) -> dict:
         "modelLabel": identity.MODEL_LABEL,
         "remediationLabel": {"name": policy.label_name, "value": policy.label_value},
         "remediableAlerts": sorted(policy.alerts),
-        "remediableJobs": sorted(identity.REMEDIABLE_JOB_NAMES[job] for job in policy.jobs),
+        "remediableJobs": sorted(identity.JOBS[job] for job in policy.jobs),
         "scrapeInterval": settings.prometheus["scrape_interval"],
         "shutdownTimeoutSeconds": int(vllm.extra["shutdown_timeout_s"]),
         "modelsDir": MODELS_DIR,

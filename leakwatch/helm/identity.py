@@ -11,21 +11,30 @@ from __future__ import annotations
 import re
 
 from ..core.metric_catalogue import rewrite_selectors
+from ..core.topology import DCGM_JOB
 
-# `job` of each target the chart scrapes, and kube-prometheus-stack's node exporter.
+# The `job` on Kubernetes of each of topology's scrape jobs (leakwatch/core/topology.py: CORE_JOBS and
+# DCGM_JOB, keyed as compose and the native runner name them) that the chart's series carry: the
+# targets the chart scrapes, and kube-prometheus-stack's node exporter. Prometheus and Alertmanager
+# are kube-prometheus-stack's own. config/healer.yaml names remediable jobs by these keys too; the
+# chart's healer is told their Kubernetes names.
 JOBS = {
     "vllm": "leakwatch-vllm",
-    "exporter": "leakwatch-exporter",
+    "leakwatch": "leakwatch-exporter",
     "healer": "leakwatch-healer",
     "node": "node-exporter",  # kube-prometheus-stack's prometheus-node-exporter subchart
     # NVIDIA's dcgm-exporter chart installed as docs/kubernetes.md says (release dcgm-exporter): its
     # ServiceMonitor keeps the operator's default job, the Service's name.
-    "dcgm": "dcgm-exporter",
+    DCGM_JOB: "dcgm-exporter",
 }
+# The chart's templates call the exporter sidecar `exporter` (its port, and its key in facts.yaml).
+FACTS_KEYS = {"leakwatch": "exporter"}
 
-# config/healer.yaml names remediable jobs as compose and the native runner scrape them; the chart's
-# healer is told their Kubernetes names.
-REMEDIABLE_JOB_NAMES = {"leakwatch": JOBS["exporter"], "dcgm": JOBS["dcgm"]}
+
+def facts_jobs() -> dict[str, str]:
+    """JOBS as the chart's templates read them (facts.yaml's `jobs`)."""
+    return {FACTS_KEYS.get(job, job): name for job, name in JOBS.items()}
+
 
 # One replica is one pod: every join between vLLM, the exporter sidecar and DCGM (with
 # dcgm-exporter's pod attribution) is on these. The node exporter's series carry its own pod, so

@@ -18,6 +18,7 @@ import sys
 from ..core.errors import LeakwatchError
 from ..core.promapi import Prometheus
 from ..core.settings import load as load_settings
+from ..core.topology import native_url
 from . import attribution, bounded, breakdown, compare, verdict_thresholds
 from .analysis import LEAK, CheckResult, analyse, format_hours, human_bytes
 from .collect import choose_step, collect
@@ -25,9 +26,7 @@ from .window import iso, parse_duration, resolve
 
 
 def default_prometheus_url() -> str:
-    return (
-        os.environ.get("LEAKWATCH_PROMETHEUS_URL") or f"http://127.0.0.1:{load_settings().service('prometheus').port}"
-    )
+    return os.environ.get("LEAKWATCH_PROMETHEUS_URL") or native_url(load_settings(), "prometheus")
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from locust.runners import MasterRunner, WorkerRunner
 
 from ..core.settings import load as load_settings
+from ..core.topology import reachable_host
 from .options import LoadgenOptions
 from .stats import QUANTILES, RunStats
 
@@ -25,9 +26,7 @@ log = logging.getLogger("leakwatch.loadgen")
 def default_host() -> str:
     """The vLLM server of this checkout's stack (config/stack.yaml, VLLM_PORT / BIND_ADDRESS)."""
     settings = load_settings()
-    bind = settings.bind_address
-    host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-    return f"http://{host}:{settings.service('vllm').port}"
+    return f"http://{reachable_host(settings.bind_address)}:{settings.service('vllm').port}"
 
 
 def cpu_seconds() -> float:

@@ -187,9 +187,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.settings import load as load_settings
+    from ..core.topology import native_url
 
     settings = load_settings()
-    urls = {key: getattr(args, f"{key}_url") or f"http://127.0.0.1:{settings.service(key).port}" for key in SOURCES}
+    urls = {key: getattr(args, f"{key}_url") or native_url(settings, key) for key in SOURCES}
     found = record(urls, args.out_dir, check=args.check)
     failed = False
     for key, problems in found.items():

@@ -13,7 +13,15 @@ from ..core.errors import LeakwatchError
 from ..core.paths import RULES_DIR
 from ..core.settings import StackSettings
 from ..core.state_layout import StateLayout
-from ..core.topology import CANARY_SERVICES, VLLM_CANARY_PROGRAM, VLLM_PROGRAM
+from ..core.topology import (
+    CANARY_ROUTER_PROGRAM,
+    CANARY_SERVICES,
+    HEALER_PROGRAM,
+    VLLM_CANARY_PROGRAM,
+    VLLM_PROGRAM,
+    native_target,
+    native_url,
+)
 
 LIFECYCLE_ENV = "PROMETHEUS_ENABLE_LIFECYCLE"
 ORPHAN_REAPER = "leakwatch.native.orphan_reaper"
@@ -131,7 +139,7 @@ def canary_programs(
         vllm_program(settings, profile, layout, extra_args, extra_env, vllm_service, VLLM_CANARY_PROGRAM),
         exporter_program(settings, layout, vllm_service, exporter_service, "leakwatch-exporter-canary", profile),
         Program(
-            name="canary-router",
+            name=CANARY_ROUTER_PROGRAM,
             service="canary_router",
             # -db: stay in the foreground under supervisord; the config is written by the runner.
             command=[binary("haproxy"), "-db", "-f", str(layout.router_config)],
@@ -197,8 +205,9 @@ def core_programs(
 def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
     """`leakwatch heal`: restarts this stack's vLLM through supervisord when Alertmanager sends a
     remediation alert; its token file is the one Alertmanager's webhook reads (0600, secrets/ 0700)."""
+    exporter = native_target(settings, "leakwatch_exporter")
     return Program(
-        name="healer",
+        name=HEALER_PROGRAM,
         service="healer",
         command=[
             sys.executable,
@@ -214,12 +223,12 @@ def healer_program(settings: StackSettings, layout: StateLayout) -> Program:
             "--supervisor-socket",
             str(layout.supervisor_socket),
             "--vllm-url",
-            f"http://127.0.0.1:{settings.service('vllm').port}",
+            native_url(settings, "vllm"),
             "--state-file",
             str(layout.data / "healer" / "state.json"),
             # Alerts about another exporter (another host's, a forged one) never restart this stack's vLLM.
             "--target",
-            f"leakwatch=127.0.0.1:{settings.service('leakwatch_exporter').port}",
+            f"{exporter['job']}={exporter['instance']}",
         ],
     )
 
@@ -243,7 +252,7 @@ def exporter_program(
             "leakwatch",
             "exporter",
             "--vllm-url",
-            f"http://127.0.0.1:{settings.service(vllm_service).port}",
+            native_url(settings, vllm_service),
             "--listen-address",
             settings.bind_address,
             "--port",

@@ -14,8 +14,10 @@ from pathlib import Path
 
 from ..core import profiles as model_profiles
 from ..core.errors import LeakwatchError
-from ..core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, state_dir
+from ..core.paths import COMPOSE_SECRETS_DIR, REPO_ROOT, STATE_DIR_ENV, state_dir
 from ..core.settings import load as load_settings
+from ..core.state_layout import StateLayout
+from ..core.topology import reachable_host
 
 COMPOSE_FILE = REPO_ROOT / "compose.yaml"
 LOCAL_OVERRIDE = REPO_ROOT / "compose.local.yaml"
@@ -24,7 +26,6 @@ CANARY_OVERRIDE = REPO_ROOT / "compose.canary.yaml"
 CANARY_LOCAL_OVERRIDE = REPO_ROOT / "compose.canary.local.yaml"
 ENV_FILE = REPO_ROOT / ".env"
 IMAGES_ENV = "IMAGES"  # IMAGES=local: the local image set (leakwatch/stack/local_images.py), for hosts that cannot pull
-RECORD_FILE = "compose-stack.json"  # in the state folder: what the last `up` used
 # Variables compose.yaml requires (`${VAR:?...}`) only to create containers; down, ps and logs
 # interpolate the whole file too, so they get a placeholder that is never used.
 CREATE_ONLY_VARIABLES = ("GRAFANA_ADMIN_PASSWORD",)
@@ -33,7 +34,7 @@ CREATE_ONLY_VARIABLES = ("GRAFANA_ADMIN_PASSWORD",)
 def recorded() -> dict:
     """What the last compose `up` used ({} when none is on record or the record is unreadable)."""
     try:
-        record = json.loads((state_dir() / RECORD_FILE).read_text())
+        record = json.loads(StateLayout.current().compose_record.read_text())
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
@@ -45,19 +46,19 @@ def recorded_up() -> bool:
 
 
 def _remember(local: bool, model: str, canary: bool = False) -> None:
-    folder = state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    path = StateLayout.current().compose_record
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "images": "local" if local else "official",
         "model": model,
         "docker_host": os.environ.get("DOCKER_HOST", ""),
         "canary": canary,
     }
-    (folder / RECORD_FILE).write_text(json.dumps(record) + "\n")
+    path.write_text(json.dumps(record) + "\n")
 
 
 def _forget() -> None:
-    (state_dir() / RECORD_FILE).unlink(missing_ok=True)
+    StateLayout.current().compose_record.unlink(missing_ok=True)
 
 
 def local_images_selected(remembered: bool = False) -> bool:
@@ -94,9 +95,7 @@ def compose_command() -> list[str]:
 
 def router_admin_socket() -> Path:
     """The canary router's admin socket on the host (compose.canary.yaml mounts its folder)."""
-    from ..generate.compose_canary import ADMIN_SOCKET_NAME
-
-    return state_dir() / "canary-router" / ADMIN_SOCKET_NAME
+    return StateLayout.current().compose_router_socket
 
 
 def compose_environment(creating: bool = True, local: bool | None = None) -> dict[str, str]:
@@ -107,7 +106,7 @@ def compose_environment(creating: bool = True, local: bool | None = None) -> dic
     # read a relative path from the repository), owned by whoever runs `make up`.
     from ..generate.compose_canary import ROUTER_USER_ENV
 
-    env["LEAKWATCH_STATE_DIR"] = str(state_dir())
+    env[STATE_DIR_ENV] = str(state_dir())
     env.setdefault(ROUTER_USER_ENV, f"{os.getuid()}:{os.getgid()}")
     if not creating and "DOCKER_HOST" not in env and recorded().get("docker_host"):
         env["DOCKER_HOST"] = recorded()["docker_host"]
@@ -279,7 +278,7 @@ def up(model: str, out=sys.stdout, extra_files: tuple = (), canary: bool = False
     if canary:
         _wait_router_sides()
     settings = load_settings()
-    host = settings.bind_address if settings.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
+    host = reachable_host(settings.bind_address)
     grafana = (
         f"http://{host}:{settings.service('grafana').port}  (user admin, password from .env)"
         if not local

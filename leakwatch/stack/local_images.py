@@ -33,6 +33,7 @@ from .. import __version__
 from ..core.errors import LeakwatchError
 from ..core.paths import REPO_ROOT
 from ..core.settings import StackSettings, load as load_settings
+from ..core.state_layout import StateLayout
 
 DOCKERFILES = REPO_ROOT / "docker" / "local"
 LEAKWATCH_DOCKERFILE = REPO_ROOT / "docker" / "leakwatch.Dockerfile"
@@ -58,8 +59,8 @@ class Image:
     context_files: dict = field(default_factory=dict)  # name in the context -> source path
 
 
-def _state_dir() -> Path:
-    return REPO_ROOT / ".stack" / "docker"
+def _build_dir() -> Path:
+    return StateLayout.current().docker
 
 
 def debian_mirror(suite: str) -> str:
@@ -220,7 +221,7 @@ def current_label(tag: str) -> str | None:
 def _build_base(image: Image, digest: str, mirror: str, log) -> None:
     if not shutil.which("debootstrap"):
         raise LeakwatchError("the local base image needs debootstrap (apt-get install debootstrap)")
-    root = _state_dir() / f"rootfs-{image.build_args['SUITE']}"
+    root = _build_dir() / f"rootfs-{image.build_args['SUITE']}"
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -254,7 +255,7 @@ def _build(image: Image, digest: str, log) -> None:
     if image.name == "leakwatch":
         context = REPO_ROOT  # .dockerignore keeps the build context to LEAKWATCH_SOURCES
     else:
-        context = _state_dir() / "contexts" / image.name
+        context = _build_dir() / "contexts" / image.name
         shutil.rmtree(context, ignore_errors=True)
         (context / "wheels").mkdir(parents=True)
         for name, source in image.context_files.items():
@@ -306,8 +307,8 @@ def ensure(names: list[str] | None = None, out=sys.stdout, log=None) -> dict[str
             raise LeakwatchError(f"unknown local image {name!r}; one of {', '.join(wanted)}")
         visit(name)
     if log is None:
-        _state_dir().mkdir(parents=True, exist_ok=True)
-        log = open(_state_dir() / "image-build.log", "ab")  # noqa: SIM115 - open for every image of the run
+        _build_dir().mkdir(parents=True, exist_ok=True)
+        log = open(_build_dir() / "image-build.log", "ab")  # noqa: SIM115 - open for every image of the run
     result = {}
     for name in order:
         image = wanted[name]

@@ -15,7 +15,8 @@ import yaml
 
 from leakwatch.core import webauth
 from leakwatch.core.ports import free_port
-from leakwatch.generate.alertmanager_config import HEALER_PATH, alertmanager_config
+from leakwatch.core.topology import HEALER_WEBHOOK_PATH
+from leakwatch.generate.alertmanager_config import alertmanager_config
 from tests.support.healer_support import healer_process, supervised_standin, wait_for
 
 # Runs the real healer, supervisord, Alertmanager, Prometheus or amtool as processes.
@@ -27,7 +28,7 @@ ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 def real_alertmanager(folder, healer_url: str, token_file):
     password_file, web_config = webauth.ensure(folder / "secrets")
     config = folder / "alertmanager.yml"
-    config.write_text(yaml.safe_dump(alertmanager_config(healer_url + HEALER_PATH, str(token_file))))
+    config.write_text(yaml.safe_dump(alertmanager_config(healer_url + HEALER_WEBHOOK_PATH, str(token_file))))
     port = free_port()
     log = open(folder / "alertmanager.log", "w")
     proc = subprocess.Popen(

@@ -317,7 +317,7 @@ def test_both_sides_are_scraped_with_their_deployment_label_and_this_release(kin
             series = relabel(endpoint["relabelings"], discovered(targets[name]))
             assert series[DEPLOYMENT_LABEL] == side, (endpoint["port"], name)
             assert series[identity.RELEASE_LABEL] == f"{NAMESPACE}/{RELEASE}"
-            assert series["job"] in (identity.JOBS["vllm"], identity.JOBS["exporter"])
+            assert series["job"] in (identity.JOBS["vllm"], identity.JOBS["leakwatch"])
 
 
 def test_the_healer_never_acts_on_the_canary(on):

@@ -14,6 +14,7 @@ import yaml
 
 from leakwatch.core import profiles as model_profiles
 from leakwatch.core.errors import LeakwatchError
+from leakwatch.heal import healer_settings
 from leakwatch.helm import engine, identity
 from leakwatch.helm.chart_files import CHART_DIR, facts, rule_groups, startup_budget_s
 from tests.support.helm_support import CRD_KINDS, validate_crd_objects
@@ -241,7 +242,7 @@ def test_monitors_carry_the_release_label_and_the_rules_job_names(rendered):
     (service_monitor,) = by_kind(rendered["all-profiles"], "ServiceMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}
-    assert jobs == {"http": identity.JOBS["vllm"], "exporter": identity.JOBS["exporter"]}
+    assert jobs == {"http": identity.JOBS["vllm"], "exporter": identity.JOBS["leakwatch"]}
     # The rules select exactly these jobs.
     exprs = "\n".join(r["expr"] for g in rule_groups() for r in g["rules"])
     assert f'job="{identity.JOBS["vllm"]}"' in exprs
@@ -314,8 +315,8 @@ def test_healer_role_allows_only_reading_pods_and_evicting(rendered):
     assert args[args.index("--state-file") + 1].startswith("/var/lib/leakwatch-healer/")
     # The allowlist's jobs under the chart's scrape-job names, or every remediable alert is refused.
     jobs = [args[i + 1] for i, arg in enumerate(args) if arg == "--remediable-job"]
-    assert sorted(jobs) == sorted(identity.REMEDIABLE_JOB_NAMES.values())
-    assert identity.JOBS["exporter"] in jobs
+    assert sorted(jobs) == sorted(identity.JOBS[job] for job in healer_settings.load().jobs)
+    assert identity.JOBS["leakwatch"] in jobs
 
 
 def test_healer_state_on_an_empty_dir_only_when_persistence_is_off():

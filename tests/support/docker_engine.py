@@ -18,9 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from leakwatch.core.paths import REPO_ROOT
+from leakwatch.core.paths import DEFAULT_STATE_DIR
+from leakwatch.core.state_layout import StateLayout
 
-STATE = REPO_ROOT / ".stack" / "docker"
+# The checkout's own (default) state folder, whatever LEAKWATCH_STATE_DIR says: a run that was
+# killed leaves its engine there for the next run to find.
+STATE = StateLayout(DEFAULT_STATE_DIR).docker
 DATA_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leakwatch" / "docker-data"
 # A /16 rarely used by home routers, VPNs or Docker's own default pools (172.17-31, 192.168).
 ADDRESS_POOL = "base=10.213.0.0/16,size=24"

@@ -51,7 +51,7 @@ def alert(pod: str, namespace: str = NAMESPACE) -> Alert:
             "alertname": "HostMemoryLeak",
             "namespace": namespace,
             "pod": pod,
-            "job": identity.JOBS["exporter"],
+            "job": identity.JOBS["leakwatch"],
             "severity": "critical",
             "remediate": "true",
         },
@@ -179,7 +179,8 @@ def test_the_healer_evicts_the_pod_its_notification_names(cluster, tmp_path):
     from leakwatch.heal.healer_metrics import HealerMetrics
     from leakwatch.heal.policy import Policy
 
-    cfg = dataclasses.replace(healer_settings.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    policy = healer_settings.load()  # its remediable jobs under the chart's names, as the chart tells the healer
+    cfg = dataclasses.replace(policy, jobs=tuple(identity.JOBS[job] for job in policy.jobs))
     with StandinApiServer(cluster) as server:
         r = restarter(server)
         healer = Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), r, r, HealerMetrics())
@@ -196,7 +197,8 @@ def _healer(restarter_: KubernetesRestarter, tmp_path):
     from leakwatch.heal.healer_metrics import HealerMetrics
     from leakwatch.heal.policy import Policy
 
-    cfg = dataclasses.replace(healer_settings.load(), jobs=tuple(identity.REMEDIABLE_JOB_NAMES.values()))
+    policy = healer_settings.load()  # its remediable jobs under the chart's names, as the chart tells the healer
+    cfg = dataclasses.replace(policy, jobs=tuple(identity.JOBS[job] for job in policy.jobs))
     return Healer(cfg, "token", Policy(cfg, tmp_path / "state.json"), restarter_, restarter_, HealerMetrics())
 
 

@@ -133,15 +133,16 @@ def test_what_runs_in_production_imports_no_generator():
 
 
 def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
-    """config/stack.yaml's ports and health paths and config/alerts.yaml's job selectors appear,
+    """config/stack.yaml's ports and health paths, the healer's webhook path and config/alerts.yaml's job selectors appear,
     as literals, nowhere in the package outside the core layer (generated files are not Python)."""
-    from leakwatch.core import alert_config
+    from leakwatch.core import alert_config, topology
     from leakwatch.core.settings import load as load_settings
 
     services = load_settings().services.values()
     ports = {str(s.default_port) for s in services}
     paths = {s.health_path for s in services if s.health_path} - {"/metrics"}  # every exporter's, not a fact of ours
     selectors = {alert_config.load().selector(e) for e in ("vllm", "node")} - {""}
+    webhook = topology.HEALER_WEBHOOK_PATH  # a path of its own (Alertmanager's API also ends in /alerts)
     port_in_url = re.compile(r"(?::|port )(\d{2,5})\b")
     found = []
     for name, path in sorted(MODULES.items()):
@@ -154,6 +155,7 @@ def test_ports_jobs_and_health_paths_are_written_only_in_the_core():
             hits = {p for p in port_in_url.findall(text) if p in ports}
             hits |= {p for p in paths if text == p or f'{p}"' in text or text.endswith(p)}
             hits |= {s for s in selectors if s in text}
+            hits |= {webhook} if text == webhook else set()
             found += [f"{name}:{node.lineno}: {hit}" for hit in sorted(hits)]
     assert found == [], "\n".join(found)
 
@@ -166,3 +168,72 @@ def test_no_two_modules_share_a_name():
         by_name.setdefault(path.name, []).append(name)
     shared = {base: sorted(names) for base, names in by_name.items() if len(names) > 1}
     assert set(shared) <= {"__init__.py", "__main__.py", "command.py"}, shared
+
+
+def _literal_parts(tree: ast.AST):
+    """(string literal, whether an f-string's placeholder follows it) for every string in `tree`."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for part, after in zip(node.values, [*node.values[1:], None], strict=True):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    inside.add(id(part))
+                    yield part, isinstance(after, ast.FormattedValue)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inside:
+            yield node, False
+
+
+def hand_built(source: str) -> list[tuple[int, str]]:
+    """(line, literal) of every compose address, profile service or state folder `source` writes itself:
+    a compose host before a `:` or `-` that an f-string fills in (f"http://vllm:{port}",
+    f"vllm-{profile}"), a host's URL with its port or a host's prefix as a literal ("http://vllm:8000",
+    "vllm-canary-"), and the state folder's name (".stack") as a path."""
+    from leakwatch.core.topology import COMPOSE_HOSTS
+
+    hosts = "|".join(sorted(map(re.escape, set(COMPOSE_HOSTS.values()) - {"localhost"}), key=len, reverse=True))
+    built = re.compile(rf"(?:^|[^\w.-])(?:{hosts})[:-]$")
+    spelled = re.compile(rf"//(?:{hosts}):(?:\d|$)|^(?:{hosts})-$")
+    state_folder = re.compile(r"(?:^|[\s/:-])\.stack(?:/|}|$)")
+    return [
+        (node.lineno, node.value)
+        for node, filled in _literal_parts(ast.parse(source))
+        if (filled and built.search(node.value)) or spelled.search(node.value) or state_folder.search(node.value)
+    ]
+
+
+def test_compose_addresses_service_names_and_the_state_folder_are_written_only_in_the_core():
+    """A service's address on the compose network (`http://vllm:8000`, `alertmanager:9093`) comes from
+    core/topology.py (compose_url, compose_address), and so does the compose service of a profile
+    (`vllm-<profile>`, `leakwatch-exporter-<profile>`: profile_service). The state folder (`.stack`)
+    is named only in core/paths.py; what lives in it, in core/state_layout.py."""
+    found = [
+        f"{name}:{line}: {text!r}"
+        for name, path in sorted(MODULES.items())
+        if name not in CORE
+        for line, text in hand_built(path.read_text())
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_hand_built_check_sees_what_it_is_for():
+    """The leaks the check above was written for (compose.py, compose_healer.py, the compose drill,
+    the local image build), and what it leaves alone (vLLM's metric names, prose about a URL)."""
+    leaks = (
+        'x = f"http://vllm:{p}", f"vllm-{profile}", f"leakwatch-exporter-{profile}", f"alertmanager:{p}", '
+        '"http://vllm:8000", "vllm-canary-", REPO_ROOT / ".stack" / "docker", "${STATE:-./.stack}/router"'
+    )
+    assert sorted(text for _, text in hand_built(leaks)) == sorted(
+        [
+            "http://vllm:",
+            "vllm-",
+            "leakwatch-exporter-",
+            "alertmanager:",
+            "http://vllm:8000",
+            "vllm-canary-",
+            ".stack",
+            "${STATE:-./.stack}/router",
+        ]
+    )
+    fine = 'x = f"vllm:kv_cache_usage_perc{{{s}}}", "vllm:", "the healer (http://healer:<port>)", "vllm-cpu"'
+    assert hand_built(fine) == []

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ...core.settings import load as load_settings
+from ...core.topology import reachable_host
 from .. import file_sd
 from ..metric_collector import RunState, registry
 
@@ -59,7 +60,7 @@ class PrometheusExporter:
         log.info("load-generator metrics for Prometheus: http://%s:%d/metrics", bind, port)
         sd_dir = self._sd_dir()
         if sd_dir:
-            host = opts.sd_host or ("127.0.0.1" if bind in ("0.0.0.0", "::") else bind)
+            host = opts.sd_host or reachable_host(bind)
             self.sd_file = file_sd.write_target(sd_dir, f"{host}:{port}")
             atexit.register(self.stop)
             log.info("Prometheus discovers it through %s (removed when Locust quits)", self.sd_file)
