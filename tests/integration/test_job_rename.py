@@ -16,11 +16,11 @@ from leakwatch.core.alert_config import ALERTS_FILE
 
 PROBE = """
 import json, sys
-from leakwatch.rules import config
+from leakwatch.core import alert_config as config
 read = config.load
 config.load = lambda time_scale=1.0, path=sys.argv[1]: read(time_scale, path)
 from leakwatch.dashboards.files import generated_files
-from leakwatch.drill import run as drill
+from leakwatch.drill import orchestrator as drill
 from leakwatch.leakcheck import collect
 from leakwatch.rules.render import render_rules
 out = {
