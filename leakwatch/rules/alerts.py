@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core import profiles as model_profiles
-from ..core.alert_config import MIB, number
+from ..core.alert_config import number
 from ..core.durations import format_duration
 from ..core.topology import DEPLOYMENT_LABEL
 from ..heal import healer_settings
@@ -117,7 +117,7 @@ def _running_out(ctx: Context, m: Memory) -> list[Alert]:
     window = sec.dur("runout_window")
     guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.t.time_scale)
     vllm_grows = (
-        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_mib_per_hour'))})\n"
+        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_rate'))})\n"
         f"  and {m.vllm_rate} >= {m.on} group_left () ({number(sec.num('runout_min_vllm_share'))} * {m.fall_rate})"
     )
 
@@ -183,7 +183,7 @@ def _still_leaking(
     nothing back, and vLLM was not restarted (`restarted` per side, or per host for a card's)."""
     rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
     return (
-        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.size('release_min'))})\n"
         f"unless {ctx.on_host() if per_host else ctx.on_side()} {restarted}"
     )
 
@@ -191,9 +191,9 @@ def _still_leaking(
 def _net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
     """The lows rose across the window, and (for windows shorter than a release period) the memory
     gave nothing back lately: a sawtooth of creep and release is not a leak."""
-    text = f"and {on}({low_growth} > {number(sec.num('lows_min_growth_mib') * MIB)})\n"
+    text = f"and {on}({low_growth} > {number(sec.size('lows_min_growth'))})\n"
     if released:
-        text += f"unless {on}({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+        text += f"unless {on}({released} > {number(sec.size('release_min'))})\n"
     return text
 
 
@@ -253,14 +253,14 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     card_restarted = ctx.restarted_within(fast_s, "gpu", per_host=True)
     fast_requests = ctx.requests("gpu", "fast_window")
     restarted = ctx.restarted_within(fast_s, "gpu")
-    per_request = number(g.num("fast_min_mib_per_request") * MIB)
+    per_request = number(g.size("fast_min_growth_per_request"))
     alerts.append(
         Alert(
             "GPUMemoryLeakSuspected",
             "warning",
             f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}\n> {per_request}\n"
-            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
+            f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.size('fast_min_growth'))}\n"
             f"and {ctx.on_host()} ({card_fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
@@ -278,7 +278,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryLeakSuspected",
             "critical",
             f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
-            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {_growing(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
             + _net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
@@ -296,9 +296,9 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryGrowthPerRequest",
             "warning",
             f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
-            f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
-            f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
+            f"> {number(g.size('slow_min_growth_per_request'))}\n"
+            f"and {_growing(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_rate'))}\n"
+            f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.size('slow_min_growth'))}\n"
             f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
             + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu', per_host=True)}",
@@ -317,8 +317,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUProcessMemoryLeak",
             "warning",
             f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}\n> {per_request}\n"
-            f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {_growing(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
+            f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.size('fast_min_growth'))}\n"
             f"and {ctx.on_side()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + _net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
             + f"unless {ctx.on_side()} {restarted}",
@@ -338,9 +338,9 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "warning",
             f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
             f"and on (instance, job, gpu) "
-            f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+            f"{_growing(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_rate'))}\n"
             + _net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
-            + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
+            + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.size('release_min'))})\n"
             f"unless {ctx.on_side()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
             g.dur("retention_for"),
             "GPU memory taken during requests is not given back, and it accumulates.",
@@ -351,7 +351,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
                 "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
                 "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
                 "last <window>.",
-                mib=number(g.num("retention_min_growth_mib_per_hour")),
+                mib=number(g.mib_per_hour("retention_min_growth_rate")),
                 window=g.dur("retention_window"),
             ),
         )
@@ -433,10 +433,10 @@ def host_alerts(ctx: Context) -> list[Alert]:
     window_s = h.seconds("leak_window")
     requests = ctx.requests("host", "leak_window")
     restarted = ctx.restarted_within(window_s, "host")
-    growing = _growing(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_mib_per_hour"))
+    growing = _growing(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_rate"))
     above_baseline = (
         f"on (instance, job, role) "
-        f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.num('leak_min_growth_since_baseline_mib') * MIB)})"
+        f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.size('leak_min_growth_since_baseline'))})"
     )
     alerts.append(
         Alert(
@@ -505,8 +505,8 @@ def host_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "HostSwapGrowing",
             "warning",
-            f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_mib_per_hour') * 3600)}\n"
-            f"and ({ctx.swap_used} > {number(h.num('swap_min_used_mib') * MIB)})",
+            f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_rate') * 3600)}\n"
+            f"and ({ctx.swap_used} > {number(h.size('swap_min_used'))})",
             h.dur("swap_for"),
             "The host's swap use keeps growing: leaked memory may be hiding in swap.",
             fill(
@@ -557,7 +557,7 @@ def metrics_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "VLLMMetricsCardinalityGrowing",
             "warning",
-            f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
+            f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_rate') * 3600)}\n"
             f"unless {ctx.on_side()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
             m.dur("series_for"),
             "vLLM's /metrics keeps gaining series (label cardinality).",
@@ -687,7 +687,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMTimeToFirstTokenHigh",
             "vllm:time_to_first_token_seconds",
-            "ttft_seconds",
+            "ttft_limit",
             "ttft_max_share",
             min_requests,
             min_slow,
@@ -697,7 +697,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMInterTokenLatencyHigh",
             "vllm:inter_token_latency_seconds",
-            "itl_seconds",
+            "itl_limit",
             "itl_max_share",
             number(s.num("itl_min_tokens")),
             number(s.num("itl_min_slow_tokens")),
@@ -707,7 +707,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMRequestLatencyHigh",
             "vllm:e2e_request_latency_seconds",
-            "latency_seconds",
+            "latency_limit",
             "latency_max_share",
             min_requests,
             min_slow,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from leakwatch.core import config_schema
+from leakwatch.core import alert_config, config_schema
 from leakwatch.core.config_schema import Key, duration_key, rate_key, size_key
 from leakwatch.core.errors import LeakwatchError
 from leakwatch.core.sizes import SizeError, parse_rate, parse_size
@@ -172,3 +172,52 @@ def test_a_nested_bad_size_names_its_section(tmp_path):
     path.write_text(yaml.safe_dump({**GOOD, "section": {"inner": "1.5XiB"}}))
     with pytest.raises(LeakwatchError, match=r"section\.inner must be a size .*'1\.5XiB' has an unknown unit 'XiB'"):
         config_schema.load(path, SCHEMA, "the test settings")
+
+
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("gpu", "fast_min_growth", "48MB", "gpu.fast_min_growth must be a size in IEC units"),
+        (
+            "gpu",
+            "fast_min_growth",
+            48,
+            "gpu.fast_min_growth must be a size in IEC units (64B, 512KiB, 1.5MiB, 8GiB): 48",
+        ),
+        (
+            "gpu",
+            "fast_min_growth_rate",
+            "48MiB",
+            "gpu.fast_min_growth_rate must be a size per duration such as 48MiB/h",
+        ),
+        ("host", "release_min", "-1MiB", "host.release_min must be a size in IEC units"),
+        ("metrics", "series_min_growth_rate", 5, "metrics.series_min_growth_rate must be a count per duration"),
+        ("serving", "ttft_limit", 2.5, "serving.ttft_limit must be a positive duration such as 90s"),
+        ("gpu", "fast_min_growth_mib", 48, "unknown key gpu.fast_min_growth_mib; valid keys of 'gpu'"),
+        ("settling_after_start", "host", "20", "settling_after_start.host must be a duration such as 90s"),
+    ],
+)
+def test_a_bad_value_in_the_alert_thresholds_names_the_file_and_the_key(tmp_path, section, key, value, message):
+    raw = yaml.safe_load(alert_config.ALERTS_FILE.read_text())
+    raw[section][key] = value
+    path = tmp_path / "alerts.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(LeakwatchError) as err:
+        alert_config.load(path=path)
+    assert str(err.value).startswith(f"{path}: {message}"), err.value
+
+
+def test_the_alert_thresholds_are_read_as_bytes_and_seconds():
+    t = alert_config.load()
+    gpu, serving = t.section("gpu"), t.section("serving")
+    assert gpu.size("fast_min_growth") == 48 * MIB
+    assert gpu.bytes_per_second("fast_min_growth_rate") == 48 * MIB / 3600
+    assert gpu.seconds("fast_window") == 1800
+    assert serving.num("ttft_limit") == 2.5 and serving.num("itl_limit") == 0.2
+    # A drill's compressed clock: durations shrink, rates grow, sizes and latency limits stay.
+    fast = alert_config.load(time_scale=1 / 60)
+    assert fast.section("gpu").seconds("fast_window") == 30
+    assert fast.section("gpu").bytes_per_second("fast_min_growth_rate") == pytest.approx(48 * MIB / 60)
+    assert fast.section("gpu").size("fast_min_growth") == 48 * MIB
+    assert fast.section("serving").num("ttft_limit") == 2.5
+    assert fast.settling_after_start_s("host") == 20
