@@ -38,7 +38,21 @@ BAD = [
     ("leak_check", lambda d: d["verdict"].pop("confidence"), "missing required key verdict.confidence"),
     ("leak_check", lambda d: d["verdict"].update(confidence=1.5), "verdict.confidence must be in [0.5, 1)"),
     ("leak_check", lambda d: d["sampling"].update(max_points="many"), "sampling.max_points must be of type int"),
-    ("leak_check", lambda d: d.pop("warmup"), "missing required key warmup"),
+    ("leak_check", lambda d: d.pop("skip_points_until"), "missing required key skip_points_until"),
+    ("leak_check", lambda d: d.update(warmup={"seconds": 600}), "unknown key warmup"),
+    (
+        "leak_check",
+        lambda d: d["verdict"].update(min_growth_per_request="64MB"),
+        "verdict.min_growth_per_request must be a size in IEC units (64B, 512KiB, 1.5MiB, 8GiB): '64MB' uses the "
+        "decimal unit MB",
+    ),
+    ("leak_check", lambda d: d["verdict"].update(min_growth_per_request=64), "64 has no unit"),
+    (
+        "leak_check",
+        lambda d: d["verdict"].update(min_growth_rate="10MiB"),
+        "verdict.min_growth_rate must be a size per duration such as 48MiB/h",
+    ),
+    ("leak_check", lambda d: d["sampling"].update(max_gap=300), "sampling.max_gap must be a positive duration"),
     ("drill", lambda d: d["traffic"].update(leak_span="12 hours"), "traffic.leak_span must be a positive duration"),
     ("drill", lambda d: d["traffic"].update(leak_span="0s"), "traffic.leak_span must be a positive duration"),
     ("drill", lambda d: d.update(time_compression=0.5), "time_compression must be >= 1"),
