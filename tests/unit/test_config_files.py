@@ -61,9 +61,12 @@ BAD = [
     ("healer", lambda d: d["remediable"].update(alerts=[]), "remediable.alerts must be a non-empty list"),
     ("healer", lambda d: d["remediable"].update(jobs=["bad job"]), "remediable.jobs must be a non-empty list"),
     ("healer", lambda d: d.update(max_restarts_per_hour=0), "max_restarts_per_hour must be >= 1"),
-    ("healer", lambda d: d.update(max_body_bytes=10), "max_body_bytes must be >= 1024"),
-    ("healer", lambda d: d.update(cooldown=900), "unknown key cooldown; valid keys of 'the file'"),
-    ("healer", lambda d: d["drain"].update(idle_wait_s=None), "drain.idle_wait_s must not be empty"),
+    ("healer", lambda d: d.update(max_body="10B"), "max_body must be at least 1KiB (got '10B')"),
+    ("healer", lambda d: d.update(max_body="256kB"), "max_body must be a size in IEC units"),
+    ("healer", lambda d: d.update(cooldown_s=900), "unknown key cooldown_s; valid keys of 'the file'"),
+    ("healer", lambda d: d.update(cooldown=900), "cooldown must be a duration such as 90s, 2h or 1h30m (write 30s"),
+    ("healer", lambda d: d["drain"].update(idle_wait=None), "drain.idle_wait must not be empty"),
+    ("healer", lambda d: d["drain"].update(ready_timeout="0s"), "drain.ready_timeout must be a positive duration"),
 ]
 
 
