@@ -98,6 +98,11 @@ def test_broken_yaml_and_a_missing_file_are_clear(tmp_path, name):
 STACK_BAD = [
     (lambda d: d["services"]["vllm"].update(port=70000), "services vllm needs port: a number in 1-65535"),
     (lambda d: d["services"]["healer"].pop("port_env"), "services healer needs port_env"),
+    (
+        lambda d: d["services"]["vllm"].update(shutdown_timeout=20),
+        "services vllm shutdown_timeout must be a positive duration such as 90s, 2h or 1h30m (got 20)",
+    ),
+    (lambda d: d["services"]["vllm"].update(shutdown_timeout_s=20), "services vllm has unknown key shutdown_timeout_s"),
     (lambda d: d["prometheus"].update(retention="15 days"), "prometheus.retention must be a positive duration"),
     (lambda d: d.update(vllm_version=0.32), "vllm_version must be of type str"),
     (lambda d: d.update(bind="0.0.0.0"), "unknown key bind"),
