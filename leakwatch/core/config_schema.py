@@ -8,8 +8,11 @@ The units of config/*.yaml, one convention for every file (each file's header sa
   hint: 48MB could be 48,000,000 or 50,331,648 bytes, and leakwatch counts memory in powers of 1024;
 - durations are Prometheus durations: 30s, 10m, 2h, 1h30m, 200ms (durations.py);
 - rates are an amount per duration: 48MiB/h (bytes per hour), 5/h or 1000/d (counts);
-- keys carry no unit suffix (fast_min_growth: 48MiB, cooldown: 15m); a rate's key says so
-  (fast_min_growth_rate: 48MiB/h) where a size of the same name exists.
+- keys carry no unit suffix (fast_min_growth: 48MiB, cooldown: 15m); a rate's key ends in _rate
+  (fast_min_growth_rate: 48MiB/h beside fast_min_growth: 48MiB; request_rate: 1000/d). Plain
+  counts keep the name of what they count: healer.yaml's max_restarts_per_hour (a limit per sliding
+  hour, the window fixed), stack.yaml's canary_percent (as `--canary-percent` and the chart take
+  it); vllm_leaks.yaml's bounds describe vLLM's environment variables as vLLM reads them.
 size_key, rate_key and duration_key declare such keys: the loader checks them and hands the readers
 plain numbers (bytes, bytes or counts per second or per `per` seconds, seconds). A value passed on
 verbatim to another program (Prometheus's scrape_interval, say) is checked with `duration` and stays
