@@ -24,6 +24,7 @@ UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 _SI = {"kb": "KiB", "mb": "MiB", "gb": "GiB", "tb": "TiB"}
 _IEC_LOWER = {unit.lower(): unit for unit in UNITS} | {"k": "KiB", "m": "MiB", "g": "GiB", "t": "TiB"}
 _SIZE = re.compile(r"(?P<sign>[-+]?)(?P<number>\d+(?:\.\d+)?|\.\d+)(?P<unit>[A-Za-z]*)")
+_COUNT = re.compile(r"\d+(?:\.\d+)?")
 EXAMPLES = "64B, 512KiB, 1.5MiB, 8GiB"
 RATE_EXAMPLES = "48MiB/h, 512KiB/m, 5/h"
 
@@ -42,6 +43,10 @@ def parse_size(text: str | float) -> float:
     raw = str(text).strip()
     match = _SIZE.fullmatch(raw)
     if not match:
+        joined = "".join(raw.split())
+        spaced = _SIZE.fullmatch(joined)
+        if joined != raw and spaced and spaced["unit"] in UNITS:
+            raise SizeError(f"{text!r} is not a size: write the number and its unit together, {joined}")
         raise SizeError(f"{text!r} is not a size (examples: {EXAMPLES})")
     number, unit = match["number"], match["unit"]
     if match["sign"] == "-":
@@ -73,13 +78,12 @@ def parse_rate(text: str, *, size: bool, per: float = 1.0) -> float:
         raise SizeError(f"{text!r} is not a rate: write an amount per duration (examples: {RATE_EXAMPLES})")
     if size:
         amount = parse_size(amount_text)
+    elif amount_text.strip().startswith("-"):
+        raise SizeError(f"{text!r} is negative; a rate is at least 0")
+    elif _COUNT.fullmatch(amount_text.strip()):
+        amount = float(amount_text)
     else:
-        try:
-            amount = float(amount_text)
-        except ValueError:
-            raise SizeError(f"{text!r} is not a count per duration (examples: 5/h, 1000/d)") from None
-        if not amount >= 0:
-            raise SizeError(f"{text!r} is negative; a rate is at least 0")
+        raise SizeError(f"{text!r} is not a count per duration (examples: 5/h, 1000/d)")
     duration_text = duration_text.strip()
     try:
         seconds = parse_duration("1" + duration_text if duration_text.isalpha() else duration_text, positive=True)

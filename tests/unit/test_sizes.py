@@ -52,7 +52,8 @@ def test_sizes_are_computed_as_the_rules_did():
         ("1.5XiB", "'1.5XiB' has an unknown unit 'XiB' (units: B, KiB, MiB, GiB, TiB)"),
         ("48mib", "did you mean 48MiB?"),
         ("48M", "did you mean 48MiB?"),
-        ("48 MiB", "'48 MiB' is not a size (examples: 64B, 512KiB, 1.5MiB, 8GiB)"),
+        ("48 MiB", "'48 MiB' is not a size: write the number and its unit together, 48MiB"),
+        ("48MiB of it", "is not a size (examples: 64B, 512KiB, 1.5MiB, 8GiB)"),
         ("lots", "is not a size"),
         ("", "is not a size"),
         (True, "is not a size"),
@@ -96,6 +97,8 @@ def test_rates(text, size, per, value):
         ("5MiB/h", False, "is not a count per duration (examples: 5/h, 1000/d)"),
         ("-5/h", False, "negative"),
         ("5/", False, "is not a rate"),
+        ("nan/h", False, "is not a count per duration"),
+        ("1e3/d", False, "is not a count per duration"),
     ],
 )
 def test_a_bad_rate_says_what_is_wrong(value, size, message):
