@@ -81,7 +81,7 @@ def main() -> int:
 
         state = folder / "state" / "state.json"
         with healer_process(
-            target, folder, "--target", TARGET, state_file=state, cooldown_s=0, max_restarts_per_hour=1000
+            target, folder, "--target", TARGET, state_file=state, cooldown="0s", max_restarts_per_hour=1000
         ) as healer:
 
             def refused(name: str, send) -> None:
@@ -233,10 +233,10 @@ def main() -> int:
 
         # The healer restarts, its cap holds: with max 1/h the restarted healer must refuse a new episode.
         capped = folder / "capped.json"
-        first = start_healer_process(target, folder, state_file=capped, cooldown_s=0, max_restarts_per_hour=1)
+        first = start_healer_process(target, folder, state_file=capped, cooldown="0s", max_restarts_per_hour=1)
         ok_first = genuine(first)
         stop_healer(first)
-        with healer_process(target, folder, state_file=capped, cooldown_s=0, max_restarts_per_hour=1) as second:
+        with healer_process(target, folder, state_file=capped, cooldown="0s", max_restarts_per_hour=1) as second:
             before = len(target.starts())
             resp = second.post(episode())
             time.sleep(2)
@@ -249,7 +249,7 @@ def main() -> int:
 
         # Through a real Alertmanager with our credentials and routing.
         with (
-            healer_process(target, folder, "--target", TARGET, cooldown_s=0) as healer,
+            healer_process(target, folder, "--target", TARGET, cooldown="0s") as healer,
             real_alertmanager(folder, healer.url, folder / "token") as (am, auth),
         ):
             refused(

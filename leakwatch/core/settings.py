@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import config_schema
 from .config_schema import DICT, STR, Key, Schema, duration
+from .durations import parse_duration
 from .errors import LeakwatchError
 from .paths import CONFIG_DIR
 
@@ -25,6 +26,7 @@ class Service:
     image: str | None
     extra: dict
     health_path: str | None = None  # GET <health_path> answers 200 once the service is ready
+    shutdown_timeout: float | None = None  # seconds (services.<name>.shutdown_timeout; vLLM's --shutdown-timeout)
 
     @property
     def port(self) -> int:
@@ -37,6 +39,13 @@ class Service:
         if not self.health_path:
             raise LeakwatchError(f"{STACK_FILE}: services.{self.name} has no health_path")
         return self.health_path
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        """Its shutdown_timeout in seconds, for code that stops the service (config/stack.yaml must give one)."""
+        if self.shutdown_timeout is None:
+            raise LeakwatchError(f"{STACK_FILE}: services.{self.name} has no shutdown_timeout")
+        return self.shutdown_timeout
 
 
 @dataclass(frozen=True)
@@ -83,13 +92,30 @@ def _format(value, variables: dict):
 
 
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# The keys a service may have; the last ones are facts of one service each.
+SERVICE_KEYS = (
+    "port",
+    "port_env",
+    "health_path",
+    "image",
+    "cpu_image",
+    "base_image",
+    "shutdown_timeout",
+    "cluster_port",
+    "cluster_port_env",
+    "canary_percent",
+    "admin_port",
+)
 
 
 def _service(spec) -> str | None:
     """A service: its port and the variable that overrides it, an optional image, and any facts of
-    its own (cpu_image, shutdown_timeout_s, ...)."""
+    its own (cpu_image, shutdown_timeout, ...)."""
     if not isinstance(spec, dict):
         return "must be a mapping"
+    unknown = sorted(set(spec) - set(SERVICE_KEYS))
+    if unknown:
+        return f"has unknown key {unknown[0]}; valid keys: {', '.join(SERVICE_KEYS)}"
     port = spec.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         return f"needs port: a number in 1-65535 (got {port!r})"
@@ -99,6 +125,8 @@ def _service(spec) -> str | None:
         return f"health_path must be a path such as /health (got {spec['health_path']!r})"
     if "image" in spec and not isinstance(spec["image"], str):
         return f"image must be a string (got {spec['image']!r})"
+    if "shutdown_timeout" in spec and (problem := duration(spec["shutdown_timeout"])):
+        return f"shutdown_timeout {problem} (got {spec['shutdown_timeout']!r})"
     return None
 
 
@@ -135,6 +163,7 @@ def load(path: Path = STACK_FILE) -> StackSettings:
             port_env=spec.pop("port_env"),
             image=spec.pop("image", None),
             health_path=spec.pop("health_path", None),
+            shutdown_timeout=parse_duration(spec.pop("shutdown_timeout")) if "shutdown_timeout" in spec else None,
             extra=spec,
         )
     return StackSettings(

@@ -157,7 +157,7 @@ def docker_restart_wait_s(settings: StackSettings) -> int:
     """Docker's `t` when the healer restarts vLLM: seconds between SIGTERM and SIGKILL, vLLM's drain
     plus a margin. The healer sends exactly this and the socket proxy lets nothing else through
     (t=0 would kill vLLM with requests in flight)."""
-    return int(settings.service("vllm").extra["shutdown_timeout_s"]) + 15
+    return int(settings.service("vllm").shutdown_timeout_s) + 15
 
 
 def vllm_container_list_query(project: str, label: str = VLLM_CONTAINER_LABEL) -> str:

@@ -27,10 +27,10 @@ GROWTH_PER_REQUEST = ((64 * 1024, WARN), (1024 * 1024, BAD))
 # use BAD as their base colour: red below 6 h, orange below a day.
 EXHAUSTION = ((6 * 3600, WARN), (24 * 3600, OK))
 # End-to-end latency per request (VLLMRequestLatencyHigh; article A: > 15 s).
-E2E_LATENCY = ((_SERVING.num("latency_seconds"), BAD),)
+E2E_LATENCY = ((_SERVING.num("latency_limit"), BAD),)
 # Interactive latency: time to first token (also queueing), time between streamed tokens.
-TTFT = ((1.0, WARN), (_SERVING.num("ttft_seconds"), BAD))
-ITL = ((0.10, WARN), (_SERVING.num("itl_seconds"), BAD))
+TTFT = ((1.0, WARN), (_SERVING.num("ttft_limit"), BAD))
+ITL = ((0.10, WARN), (_SERVING.num("itl_limit"), BAD))
 # KV cache: full is normal under load, but full with preemptions means requests are recomputed.
 KV_CACHE = ((_SERVING.num("kv_usage_share"), WARN), (0.98, BAD))
 # Failed API calls as a share of all calls to the OpenAI API.

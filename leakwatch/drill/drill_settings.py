@@ -9,13 +9,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import config_schema
-from ..core.config_schema import INT, NUM, STR, Key, Schema, at_least, duration, fraction, non_negative, positive
+from ..core.config_schema import (
+    INT,
+    NUM,
+    Key,
+    Schema,
+    at_least,
+    duration_key,
+    fraction,
+    non_negative,
+    positive,
+    rate_key,
+    size_key,
+)
 from ..core.durations import parse_duration as alertmanager_duration
 from ..core.errors import LeakwatchError
 from ..core.paths import CONFIG_DIR
 from ..core.settings import StackSettings
 from ..heal.alertmanager import healer_webhooks
-from ..leakcheck.window import parse_duration
 
 CONFIG_FILE = CONFIG_DIR / "drill.yaml"
 TIMINGS = ("group_wait", "group_interval", "repeat_interval")
@@ -36,8 +47,8 @@ class DrillConfig:
     max_estimate_error: float
     baseline_tolerance_bytes: int
     storm_watch_s: float
-    fast_leak: dict  # the fast_leak section, as as_fast_leak() applies it
-    canary: dict  # the canary section, as as_canary() applies it
+    fast_leak: dict  # the fast_leak section as read (bytes, seconds, requests a day), for as_fast_leak()
+    canary: dict  # the canary section as read, for as_canary()
 
     def wall(self, production_s: float) -> float:
         return production_s / self.time_compression
@@ -48,11 +59,11 @@ class DrillConfig:
         return dataclasses.replace(
             self,
             time_compression=float(fast["time_compression"]),
-            requests_per_day=float(fast["requests_per_day"]),
-            bytes_per_request=fast["bytes_per_request"],
-            cgroup_headroom_bytes=fast["cgroup_headroom_bytes"],
+            requests_per_day=fast["request_rate"],
+            bytes_per_request=fast["kept_per_request"],
+            cgroup_headroom_bytes=fast["cgroup_headroom"],
             control_span_s=0.0,
-            leak_span_s=parse_duration(fast["leak_span"]),
+            leak_span_s=fast["leak_span"],
         )
 
     def as_canary(self) -> DrillConfig:
@@ -61,40 +72,45 @@ class DrillConfig:
         return dataclasses.replace(
             self,
             time_compression=float(canary["time_compression"]),
-            requests_per_day=float(canary["requests_per_day"]),
-            bytes_per_request=canary["bytes_per_request"],
+            requests_per_day=canary["request_rate"],
+            bytes_per_request=canary["kept_per_request"],
             control_span_s=0.0,
-            leak_span_s=parse_duration(canary["span"]),
+            leak_span_s=canary["span"],
         )
 
 
+DAY = 86400.0
+# Requests a day (1000/d), and a size the injector allocates or a limit (whole bytes, above zero).
+REQUEST_RATE = rate_key(size=False, per=DAY, check=positive)
+BYTES = size_key(positive, whole=True)
+
 SCHEMA: Schema = {
     "time_compression": Key(NUM, check=at_least(1)),
-    "scrape_interval_s": Key(NUM, check=positive),
+    "scrape_interval": duration_key(),
     "traffic": {
-        "requests_per_day": Key(NUM, check=positive),
-        "control_span": Key(STR, check=duration),
-        "leak_span": Key(STR, check=duration),
+        "request_rate": REQUEST_RATE,
+        "control_span": duration_key(),
+        "leak_span": duration_key(),
         "warmup_requests": Key(INT, check=non_negative),
     },
-    "leak": {"bytes_per_request": Key(INT, check=positive), "cgroup_headroom_bytes": Key(INT, check=positive)},
+    "leak": {"kept_per_request": BYTES, "cgroup_headroom": BYTES},
     "checks": {
         "max_estimate_error": Key(NUM, check=fraction),
-        "baseline_tolerance_bytes": Key(INT, check=non_negative),
-        "storm_watch_s": Key(NUM, check=non_negative),
+        "baseline_tolerance": size_key(whole=True),
+        "storm_watch": duration_key(allow_zero=True),
     },
     "fast_leak": {
         "time_compression": Key(NUM, check=at_least(1)),
-        "requests_per_day": Key(NUM, check=positive),
-        "bytes_per_request": Key(INT, check=positive),
-        "cgroup_headroom_bytes": Key(INT, check=positive),
-        "leak_span": Key(STR, check=duration),
+        "request_rate": REQUEST_RATE,
+        "kept_per_request": BYTES,
+        "cgroup_headroom": BYTES,
+        "leak_span": duration_key(),
     },
     "canary": {
         "time_compression": Key(NUM, check=at_least(1)),
-        "requests_per_day": Key(NUM, check=positive),
-        "bytes_per_request": Key(INT, check=positive),
-        "span": Key(STR, check=duration),
+        "request_rate": REQUEST_RATE,
+        "kept_per_request": BYTES,
+        "span": duration_key(),
     },
 }
 
@@ -104,16 +120,16 @@ def load(path: Path = CONFIG_FILE) -> DrillConfig:
     t, leak, checks = raw["traffic"], raw["leak"], raw["checks"]
     return DrillConfig(
         time_compression=float(raw["time_compression"]),
-        scrape_interval_s=float(raw["scrape_interval_s"]),
-        requests_per_day=float(t["requests_per_day"]),
-        control_span_s=parse_duration(t["control_span"]),
-        leak_span_s=parse_duration(t["leak_span"]),
+        scrape_interval_s=raw["scrape_interval"],
+        requests_per_day=t["request_rate"],
+        control_span_s=t["control_span"],
+        leak_span_s=t["leak_span"],
         warmup_requests=t["warmup_requests"],
-        bytes_per_request=leak["bytes_per_request"],
-        cgroup_headroom_bytes=leak["cgroup_headroom_bytes"],
+        bytes_per_request=leak["kept_per_request"],
+        cgroup_headroom_bytes=leak["cgroup_headroom"],
         max_estimate_error=float(checks["max_estimate_error"]),
-        baseline_tolerance_bytes=checks["baseline_tolerance_bytes"],
-        storm_watch_s=float(checks["storm_watch_s"]),
+        baseline_tolerance_bytes=checks["baseline_tolerance"],
+        storm_watch_s=checks["storm_watch"],
         fast_leak=dict(raw["fast_leak"]),
         canary=dict(raw["canary"]),
     )

@@ -68,7 +68,7 @@ def vllm_definition(
     VLLM_CANARY_IMAGE (the candidate build), and not the healer's (no role label)."""
     config_service = CANARY_SERVICES["vllm"] if canary else "vllm"
     port = settings.service(config_service).default_port
-    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
+    shutdown_timeout = int(settings.service("vllm").shutdown_timeout_s)
     prep: dict = {}
     model_path = model_profiles.model_path(profile, MODELS_DIR)
     if profile.source == "demo":

@@ -181,7 +181,7 @@ def build_healer(args: argparse.Namespace) -> tuple[Healer, str, int]:
         )
     else:
         # supervisord waits stopwaitsecs (vLLM's shutdown timeout + margin) before SIGKILL.
-        stop_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"]) + 30
+        stop_timeout = int(settings.service("vllm").shutdown_timeout_s) + 30
         restarter = SupervisorRestarter(
             Path(args.supervisor_socket or StateLayout.current().supervisor_socket),
             args.program,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core import config_schema
-from ..core.config_schema import INT, LIST, NUM, STR, Key, Schema, at_least, non_negative, positive
+from ..core.config_schema import INT, LIST, STR, Key, Schema, at_least, duration_key, size_key
 from ..core.errors import LeakwatchError
 from ..core.paths import CONFIG_DIR
 
@@ -79,10 +79,10 @@ SCHEMA: Schema = {
         "value": Key(STR),
     },
     "remediable": {"alerts": Key(LIST, check=_names), "jobs": Key(LIST, check=_names)},
-    "cooldown_s": Key(NUM, check=non_negative),
+    "cooldown": duration_key(allow_zero=True),
     "max_restarts_per_hour": Key(INT, check=at_least(1)),
-    "drain": {"idle_wait_s": Key(NUM, check=non_negative), "ready_timeout_s": Key(NUM, check=positive)},
-    "max_body_bytes": Key(INT, check=at_least(1024)),
+    "drain": {"idle_wait": duration_key(allow_zero=True), "ready_timeout": duration_key()},
+    "max_body": size_key(lambda v: None if v >= 1024 else "must be at least 1KiB", whole=True),
     "max_alerts": Key(INT, check=at_least(1)),
 }
 
@@ -92,11 +92,11 @@ def load(path: Path = CONFIG_FILE) -> HealerConfig:
     return HealerConfig(
         label_name=raw["remediation_label"]["name"],
         label_value=raw["remediation_label"]["value"],
-        cooldown_s=float(raw["cooldown_s"]),
+        cooldown_s=raw["cooldown"],
         max_restarts_per_hour=raw["max_restarts_per_hour"],
-        idle_wait_s=float(raw["drain"]["idle_wait_s"]),
-        ready_timeout_s=float(raw["drain"]["ready_timeout_s"]),
-        max_body_bytes=raw["max_body_bytes"],
+        idle_wait_s=raw["drain"]["idle_wait"],
+        ready_timeout_s=raw["drain"]["ready_timeout"],
+        max_body_bytes=raw["max_body"],
         max_alerts=raw["max_alerts"],
         alerts=tuple(raw["remediable"]["alerts"]),
         jobs=tuple(raw["remediable"]["jobs"]),

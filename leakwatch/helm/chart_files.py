@@ -100,7 +100,7 @@ def facts(settings: StackSettings | None = None) -> dict:
         "remediableAlerts": sorted(policy.alerts),
         "remediableJobs": sorted(identity.JOBS[job] for job in policy.jobs),
         "scrapeInterval": settings.prometheus["scrape_interval"],
-        "shutdownTimeoutSeconds": int(vllm.extra["shutdown_timeout_s"]),
+        "shutdownTimeoutSeconds": int(vllm.shutdown_timeout_s),
         "modelsDir": MODELS_DIR,
         "remediationRoute": remediation_route(),
         "canary": canary_facts(settings),

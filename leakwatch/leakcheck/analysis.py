@@ -1,7 +1,8 @@
 """From samples to a verdict: bytes per request, growth per hour, time to exhaustion, LEAK or not.
 
 Decision rule (per memory series; docs/leak-check.md has the maths), with T_req = min_bytes_per_request
-and T_hour = min_growth_bytes_per_hour from config/leak_check.yaml, intervals at verdict.confidence:
+and T_hour = min_growth_bytes_per_hour (config/leak_check.yaml's verdict.min_growth_per_request and
+verdict.min_growth_rate), intervals at verdict.confidence:
   NO-LEAK       the memory's whole range in each segment is less than T_hour over that segment;
                 or the later part of the window (verdict.recent_fraction) is flat: its bytes/request
                 interval below T_req, or, having served min_requests, its growth/hour interval below

@@ -62,23 +62,33 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="BYTES",
-        help="override verdict.min_bytes_per_request",
+        help="override verdict.min_growth_per_request (in bytes)",
     )
     parser.add_argument(
         "--min-growth-per-hour",
         type=float,
         default=None,
         metavar="BYTES",
-        help="override verdict.min_growth_bytes_per_hour",
+        help="override verdict.min_growth_rate (in bytes per hour)",
     )
     parser.add_argument(
+        "--skip-until-uptime",
         "--warmup",
+        dest="warmup",
         type=parse_duration,
         default=None,
         metavar="DURATION",
-        help="override warmup.seconds (used where the exporter's baseline is absent)",
+        help="override skip_points_until.uptime (used where the exporter's baseline is absent; --warmup: its former name)",
     )
-    parser.add_argument("--warmup-requests", type=float, default=None, metavar="N", help="override warmup.requests")
+    parser.add_argument(
+        "--skip-until-requests",
+        "--warmup-requests",
+        dest="warmup_requests",
+        type=float,
+        default=None,
+        metavar="N",
+        help="override skip_points_until.requests (--warmup-requests: its former name)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,14 +118,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="N",
-        help="traffic the smallest deciding canary share is sized for (default compare.daily_requests)",
+        help="requests a day the smallest deciding canary share is sized for (default compare.request_rate)",
     )
     parser.add_argument(
         "--decide-within",
         type=parse_duration,
         default=None,
         metavar="DURATION",
-        help="time the smallest deciding canary share is sized for (default compare.decide_within_seconds)",
+        help="time the smallest deciding canary share is sized for (default compare.decide_within)",
     )
 
 

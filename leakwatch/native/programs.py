@@ -75,7 +75,7 @@ def vllm_program(
     """service/name: the canary side is the same vLLM on its own port (vllm_canary, vllm-canary)."""
     port = settings.service(service).port
     # vLLM's own graceful drain on SIGTERM; supervisor waits a little longer before SIGKILL.
-    shutdown_timeout = int(settings.service("vllm").extra["shutdown_timeout_s"])
+    shutdown_timeout = int(settings.service("vllm").shutdown_timeout_s)
     # An optional API key (leakwatch/core/vllm_key.py): handed over in vLLM's environment, never on its command line.
     key_file = vllm_key.stack_key_file(layout.secrets)
     if key_file:

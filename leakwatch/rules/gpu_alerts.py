@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..core.alert_config import MIB, number
+from ..core.alert_config import number
 from .alert_rule import CARD, ROLE, SIDE, Alert
 from .leak_conditions import grows_faster, net_growth, still_leaking
 from .profile_values import preallocated_share, profile_shares
@@ -72,14 +72,14 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
     card_restarted = ctx.restarted_within(fast_s, "gpu", per_host=True)
     fast_requests = ctx.requests("gpu", "fast_window")
     restarted = ctx.restarted_within(fast_s, "gpu")
-    per_request = number(g.num("fast_min_mib_per_request") * MIB)
+    per_request = number(g.size("fast_min_growth_per_request"))
     alerts.append(
         Alert(
             "GPUMemoryLeakSuspected",
             "warning",
             f"{ctx.gpu_fast} * {number(fast_s)}\n  / {ctx.on_host()} group_left () {card_fast_requests}\n> {per_request}\n"
-            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
+            f"and {ctx.gpu_fast} * {number(fast_s)} > {number(g.size('fast_min_growth'))}\n"
             f"and {ctx.on_host()} ({card_fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
@@ -97,7 +97,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryLeakSuspected",
             "critical",
             f"{ctx.gpu_free} / {ctx.gpu_fast} < {number(g.seconds('exhaustion_critical_within'))}\n"
-            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
+            f"and {grows_faster(ctx.gpu_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
             + net_growth(g, ctx.gpu_low_growth_fast, ctx.gpu_released)
             + f"unless {ctx.on_host()} {card_restarted}",
             g.dur("fast_for"),
@@ -115,9 +115,9 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUMemoryGrowthPerRequest",
             "warning",
             f"{ctx.gpu_slow} * {number(slow_s)}\n  / {ctx.on_host()} group_left () {slow_requests}\n"
-            f"> {number(g.num('slow_min_mib_per_request') * MIB)}\n"
-            f"and {grows_faster(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.num('slow_min_growth_mib') * MIB)}\n"
+            f"> {number(g.size('slow_min_growth_per_request'))}\n"
+            f"and {grows_faster(ctx.gpu_slow, g.bytes_per_second('slow_min_growth_rate'))}\n"
+            f"and {ctx.gpu_slow} * {number(slow_s)} > {number(g.size('slow_min_growth'))}\n"
             f"and {ctx.on_host()} ({slow_requests} >= {number(g.num('slow_min_requests'))})\n"
             + net_growth(g, ctx.gpu_low_growth_slow, ctx.gpu_released)
             + f"unless {ctx.on_host()} {ctx.restarted_within(slow_s, 'gpu', per_host=True)}",
@@ -136,8 +136,8 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "GPUProcessMemoryLeak",
             "warning",
             f"{ctx.gpu_process_fast} * {number(fast_s)}\n  / {ctx.on_side()} group_left () {fast_requests}\n> {per_request}\n"
-            f"and {grows_faster(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_mib_per_hour'))}\n"
-            f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.num('fast_min_growth_mib') * MIB)}\n"
+            f"and {grows_faster(ctx.gpu_process_fast, g.bytes_per_second('fast_min_growth_rate'))}\n"
+            f"and {ctx.gpu_process_fast} * {number(fast_s)} > {number(g.size('fast_min_growth'))}\n"
             f"and {ctx.on_side()} ({fast_requests} >= {number(g.num('fast_min_requests'))})\n"
             + net_growth(g, ctx.gpu_process_low_growth, ctx.gpu_process_released)
             + f"unless {ctx.on_side()} {restarted}",
@@ -157,9 +157,9 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
             "warning",
             f"{ctx.exporter('leakwatch_vram_retention_ratio')} > {number(g.num('retention_ratio'))}\n"
             f"and on (instance, job, gpu) "
-            f"{grows_faster(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_mib_per_hour'))}\n"
+            f"{grows_faster(ctx.gpu_retained, g.bytes_per_second('retention_min_growth_rate'))}\n"
             + net_growth(g, ctx.gpu_retained_low_growth, None, "on (instance, job, gpu) ")
-            + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.num('release_min_mib') * MIB)})\n"
+            + f"unless on (instance, job, gpu) ({ctx.gpu_retained_released} > {number(g.size('release_min'))})\n"
             f"unless {ctx.on_side()} {ctx.restarted_within(g.seconds('retention_window'), 'gpu')}",
             g.dur("retention_for"),
             "GPU memory taken during requests is not given back, and it accumulates.",
@@ -170,7 +170,7 @@ def gpu_alerts(ctx: Context) -> list[Alert]:
                 "the memory gained during the last burst of requests once vLLM was idle again, and its memory "
                 "above the post-warm-up baseline grows by more than <mib> MiB an hour in most slices of the "
                 "last <window>.",
-                mib=number(g.num("retention_min_growth_mib_per_hour")),
+                mib=number(g.mib_per_hour("retention_min_growth_rate")),
                 window=g.dur("retention_window"),
             ),
         )

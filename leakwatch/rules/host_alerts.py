@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..core.alert_config import MIB, number
+from ..core.alert_config import number
 from .alert_rule import ROLE, Alert
 from .leak_conditions import grows_faster, net_growth, still_leaking
 from .promql import by, fill, on
@@ -37,10 +37,10 @@ def host_alerts(ctx: Context) -> list[Alert]:
     window_s = h.seconds("leak_window")
     requests = ctx.requests("host", "leak_window")
     restarted = ctx.restarted_within(window_s, "host")
-    growing = grows_faster(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_mib_per_hour"))
+    growing = grows_faster(ctx.process_memory_deriv, h.bytes_per_second("leak_min_growth_rate"))
     above_baseline = (
         f"on (instance, job, role) "
-        f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.num('leak_min_growth_since_baseline_mib') * MIB)})"
+        f"({ctx.exporter('leakwatch_host_memory_growth_bytes')} > {number(h.size('leak_min_growth_since_baseline'))})"
     )
     alerts.append(
         Alert(
@@ -109,8 +109,8 @@ def host_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "HostSwapGrowing",
             "warning",
-            f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_mib_per_hour') * 3600)}\n"
-            f"and ({ctx.swap_used} > {number(h.num('swap_min_used_mib') * MIB)})",
+            f"{ctx.swap_deriv} * 3600 > {number(h.bytes_per_second('swap_min_growth_rate') * 3600)}\n"
+            f"and ({ctx.swap_used} > {number(h.size('swap_min_used'))})",
             h.dur("swap_for"),
             "The host's swap use keeps growing: leaked memory may be hiding in swap.",
             fill(

@@ -11,7 +11,7 @@ net growth of the lows, and the hysteresis that keeps a firing leak alert firing
 
 from __future__ import annotations
 
-from ..core.alert_config import MIB, number
+from ..core.alert_config import number
 from .recording import Context
 
 
@@ -29,7 +29,7 @@ def still_leaking(
     nothing back, and vLLM was not restarted (`restarted` per side, or per host for a card's)."""
     rising = "\n  or ".join(f"{name} > 0" for name in low_growths)
     return (
-        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+        f"({value})\nand (\n  {rising}\n)\nunless ({released} > {number(sec.size('release_min'))})\n"
         f"unless {ctx.on_host() if per_host else ctx.on_side()} {restarted}"
     )
 
@@ -37,7 +37,7 @@ def still_leaking(
 def net_growth(sec, low_growth: str, released: str | None = None, on: str = "") -> str:
     """The lows rose across the window, and (for windows shorter than a release period) the memory
     gave nothing back lately: a sawtooth of creep and release is not a leak."""
-    text = f"and {on}({low_growth} > {number(sec.num('lows_min_growth_mib') * MIB)})\n"
+    text = f"and {on}({low_growth} > {number(sec.size('lows_min_growth'))})\n"
     if released:
-        text += f"unless {on}({released} > {number(sec.num('release_min_mib') * MIB)})\n"
+        text += f"unless {on}({released} > {number(sec.size('release_min'))})\n"
     return text

@@ -16,7 +16,7 @@ def metrics_alerts(ctx: Context) -> list[Alert]:
         Alert(
             "VLLMMetricsCardinalityGrowing",
             "warning",
-            f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_per_hour') * 3600)}\n"
+            f"{ctx.series_deriv} * 3600 > {number(m.per_second('series_min_growth_rate') * 3600)}\n"
             f"unless {ctx.on_side()} {ctx.restarted_within(m.seconds('series_window'), 'metrics')}",
             m.dur("series_for"),
             "vLLM's /metrics keeps gaining series (label cardinality).",

@@ -64,13 +64,13 @@ class Context:
 
     # -- windows -------------------------------------------------------------------------------
 
-    def restarted_within(self, window_s: float, warmup: str, per_host: bool = False) -> str:
-        """Non-empty while the window (plus the warm-up) reaches back to a vLLM (re)start: our
-        exporter counted a restart within it, its post-warm-up baseline is younger than that, or
-        there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
+    def restarted_within(self, window_s: float, settling: str, per_host: bool = False) -> str:
+        """Non-empty while the window (plus config/alerts.yaml's settling_after_start.<settling>)
+        reaches back to a vLLM (re)start: our exporter counted a restart within it, its post-warm-up
+        baseline is younger than that, or there is no baseline yet. The exporter's series exist in every vLLM mode; vLLM's own
         process_start_time_seconds does not (multi-API-server mode serves no process_* series).
         Per side (join it `on_side()`); per_host: any vLLM of the host (a card's rules, `on_host()`)."""
-        return self.started_within(window_s + self.thresholds.warmup_s(warmup), per_host)
+        return self.started_within(window_s + self.thresholds.settling_after_start_s(settling), per_host)
 
     def started_within(self, span_s: float, per_host: bool = False) -> str:
         """Non-empty while vLLM (re)started less than span_s ago, as restarted_within says it."""

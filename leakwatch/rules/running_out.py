@@ -41,7 +41,7 @@ def running_out_alerts(ctx: Context, m: Memory) -> list[Alert]:
     window = sec.dur("runout_window")
     guard = ctx.started_within(sec.seconds("runout_window") + warmup_after_ready_s() * ctx.thresholds.time_scale)
     vllm_grows = (
-        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_mib_per_hour'))})\n"
+        f"({m.vllm_rate} > {number(sec.bytes_per_second('runout_min_growth_rate'))})\n"
         f"  and {m.vllm_rate} >= {m.on} group_left () ({number(sec.num('runout_min_vllm_share'))} * {m.fall_rate})"
     )
 

@@ -128,7 +128,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMTimeToFirstTokenHigh",
             "vllm:time_to_first_token_seconds",
-            "ttft_seconds",
+            "ttft_limit",
             "ttft_max_share",
             min_requests,
             min_slow,
@@ -138,7 +138,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMInterTokenLatencyHigh",
             "vllm:inter_token_latency_seconds",
-            "itl_seconds",
+            "itl_limit",
             "itl_max_share",
             number(s.num("itl_min_tokens")),
             number(s.num("itl_min_slow_tokens")),
@@ -148,7 +148,7 @@ def serving_alerts(ctx: Context) -> list[Alert]:
         (
             "VLLMRequestLatencyHigh",
             "vllm:e2e_request_latency_seconds",
-            "latency_seconds",
+            "latency_limit",
             "latency_max_share",
             min_requests,
             min_slow,

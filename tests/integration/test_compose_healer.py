@@ -92,7 +92,7 @@ def test_the_healer_is_not_published_and_reads_the_token_secret():
 
 def test_vllm_drains_on_stop_and_carries_the_label_the_healer_looks_for():
     vllm = resolved("demo")["services"]["vllm-demo"]
-    timeout = int(load_settings().service("vllm").extra["shutdown_timeout_s"])
+    timeout = int(load_settings().service("vllm").shutdown_timeout_s)
     cmd = vllm["command"]
     assert cmd[cmd.index("--shutdown-timeout") + 1] == str(timeout)
     assert vllm["labels"]["io.leakwatch.role"] == "vllm"

@@ -85,7 +85,7 @@ def remediation_alert(**labels) -> list[dict]:
 def test_alertmanager_refuses_unauthenticated_alerts_and_silences_and_only_authenticated_ones_restart(tmp_path):
     with (
         supervised_standin() as target,
-        healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown_s=0) as healer,
+        healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown="0s") as healer,
         real_alertmanager(tmp_path, healer.url, tmp_path / "token") as (am, auth),
     ):
         before = len(target.starts())

@@ -52,7 +52,7 @@ def decision(resp) -> str:
 
 def test_a_failed_state_write_claims_nothing_and_the_next_episode_restarts(target, tmp_path):
     state = tmp_path / "state" / "state.json"
-    with healer_process(target, tmp_path, state_file=state, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, state_file=state, cooldown="0s") as healer:
         before = len(target.starts())
         # The fault: the temporary file the healer writes its state to cannot be created (a directory is
         # there; root ignores file modes, so this is the fault that works for every user).
@@ -74,7 +74,7 @@ def test_a_failed_state_write_claims_nothing_and_the_next_episode_restarts(targe
 
 def test_a_hung_supervisord_fails_the_restart_in_bounded_time_and_the_healer_recovers(target, tmp_path):
     supervisord_pid = int(target.layout.supervisord_pid.read_text())
-    with healer_process(target, tmp_path, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, cooldown="0s") as healer:
         before = len(target.starts())
         os.kill(supervisord_pid, signal.SIGSTOP)
         try:
@@ -103,7 +103,7 @@ def test_a_hung_supervisord_fails_the_restart_in_bounded_time_and_the_healer_rec
 
 
 def test_an_episode_that_begins_during_a_restart_is_acted_on_after_it(target, tmp_path):
-    with healer_process(target, tmp_path, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, cooldown="0s") as healer:
         before = len(target.starts())
         assert decision(healer.post(notification(alert(fingerprint="b1", starts_at=time.time())))) == "remediate"
         # supervisord's startsecs (5 s) keeps the restart running: a new episode begins meanwhile.
@@ -136,7 +136,7 @@ def test_an_episode_that_begins_during_a_restart_is_acted_on_after_it(target, tm
     ],
 )
 def test_forged_or_foreign_alerts_never_restart(target, tmp_path, labels, reason):
-    with healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, "--target", "leakwatch=127.0.0.1:9405", cooldown="0s") as healer:
         before = len(target.starts())
         kw = dict(labels)
         body = alert(fingerprint="c1", starts_at=time.time(), **{k: v for k, v in kw.items() if v is not None})
@@ -164,7 +164,7 @@ def test_the_hourly_cap_holds_across_healer_restarts(target, tmp_path):
     state = tmp_path / "state.json"
     before = len(target.starts())
     for i in range(3):
-        with healer_process(target, tmp_path, state_file=state, cooldown_s=0, max_restarts_per_hour=2) as healer:
+        with healer_process(target, tmp_path, state_file=state, cooldown="0s", max_restarts_per_hour=2) as healer:
             d = decision(healer.post(notification(alert(fingerprint=f"d{i}", starts_at=time.time()))))
             assert d == ("remediate" if i < 2 else "rate_limited"), (i, d)
             wait_for(lambda: metric(healer.url, "leakwatch_healer_remediation_in_progress") == 0, timeout=90)
@@ -207,7 +207,7 @@ def test_a_corrupt_state_file_stops_the_healer_with_a_clear_error(target, tmp_pa
 
 def test_state_writes_are_durable_and_atomic(target, tmp_path):
     state = tmp_path / "state.json"
-    with healer_process(target, tmp_path, state_file=state, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, state_file=state, cooldown="0s") as healer:
         assert f"no healer state file at {state} yet: starting with an empty history" in healer.log_text()
         before = len(target.starts())
         healer.post(notification(alert(fingerprint="e1", starts_at=time.time())))
@@ -279,7 +279,7 @@ def test_fat_headers_are_refused_before_they_cost_memory(target, tmp_path):
 
 
 def test_slow_connections_cost_no_threads_and_a_real_notification_gets_through(target, tmp_path):
-    with healer_process(target, tmp_path, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, cooldown="0s") as healer:
         before = len(target.starts())
         threads_before = healer.threads()
         socks = []
@@ -341,7 +341,7 @@ def test_a_burst_of_100_connections_is_served(target, tmp_path):
 
 
 def test_a_storm_of_identical_notifications_restarts_at_most_once(target, tmp_path):
-    with healer_process(target, tmp_path, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, cooldown="0s") as healer:
         before = len(target.starts())
         body = notification(alert(fingerprint="5707", starts_at=time.time()))
         codes = []
@@ -385,7 +385,7 @@ def test_strict_content_length(target, tmp_path, headers, status):
 
 
 def test_a_duplicate_authorization_header_is_refused(target, tmp_path):
-    with healer_process(target, tmp_path, cooldown_s=0) as healer:
+    with healer_process(target, tmp_path, cooldown="0s") as healer:
         before = len(target.starts())
         body = json.dumps(notification(alert(fingerprint="99", starts_at=time.time()))).encode()
         for first, second in ((healer.token, "wrong"), ("wrong", healer.token)):

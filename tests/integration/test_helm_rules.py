@@ -93,7 +93,7 @@ def test_chart_rules_are_compose_rules_apart_from_selectors_and_host_labels():
 def test_the_diff_sees_a_changed_threshold(tmp_path):
     """The diff compares real expressions: a threshold changed on one side only is caught."""
     raw = yaml.safe_load(ALERTS_FILE.read_text())
-    raw["gpu"]["fast_min_mib_per_request"] = 3
+    raw["gpu"]["fast_min_growth_per_request"] = "3MiB"
     other = tmp_path / "alerts.yaml"
     other.write_text(yaml.safe_dump(raw))
     mine = [

@@ -198,11 +198,12 @@ def _status_field(pid: int, name: str) -> int:
 
 
 def policy_file(folder: Path, **overrides) -> Path:
-    """config/healer.yaml with some keys changed (drain.* as drain_idle_wait_s / drain_ready_timeout_s)."""
+    """config/healer.yaml with some keys changed, as written there (cooldown="0s"; drain.* as
+    drain_idle_wait / drain_ready_timeout)."""
     import yaml
 
     raw = yaml.safe_load(healer_settings.CONFIG_FILE.read_text())
-    raw["drain"].update({"idle_wait_s": 1, "ready_timeout_s": 60})
+    raw["drain"].update({"idle_wait": "1s", "ready_timeout": "60s"})
     for key, value in overrides.items():
         if key.startswith("drain_"):
             raw["drain"][key.removeprefix("drain_")] = value
