@@ -86,6 +86,27 @@ BUILDERS: dict[str, Callable[[int, str], TriggerRequest]] = {
 assert tuple(BUILDERS) == TRIGGERS, "every trigger the catalogue allows has a builder"
 
 
+# Twins are numbered far from any trigger, so their unique texts are never a trigger's (no prefix
+# cache hit that would change a trigger's shapes).
+TWIN_OFFSET = 1_000_000
+
+
+def shape_twin(trigger: str, i: int, model: str) -> TriggerRequest:
+    """The i-th request of the same shape as `trigger` that triggers nothing of the leak: same endpoint,
+    same input and output sizes. The screening sends these first, so caches that fill with request
+    shapes (oneDNN's primitives per batch size in the worker, measured at ~40 MB on the demo) are full
+    before its baseline, and what the triggers add is theirs. A stored response becomes an unstored
+    one, a new schema the one schema already compiled; the controls (which leak nothing on the pinned
+    vLLM) are their own twins, on other prompts."""
+    request = build(trigger, i + TWIN_OFFSET, model)
+    if trigger == "responses-store":
+        return TriggerRequest(request.path, {**request.body, "store": False}, request.client_timeout_s)
+    if trigger == "unique-json-schema":
+        one_schema = build(trigger, 0, model).body["response_format"]
+        return TriggerRequest(request.path, {**request.body, "response_format": one_schema}, request.client_timeout_s)
+    return request
+
+
 def build(trigger: str, i: int, model: str) -> TriggerRequest:
     try:
         return BUILDERS[trigger](i, model)

@@ -80,6 +80,27 @@ def test_triggers_are_unique_where_uniqueness_triggers_and_deterministic():
         triggers.build("x", 1, "demo")
 
 
+def test_shape_twins_have_the_triggers_shapes_and_trigger_nothing():
+    """What primes the server before a trigger's baseline: the same endpoint and sizes, never the
+    trigger's own request, nothing the leak keeps."""
+    for trigger in triggers.BUILDERS:
+        for i in (0, 7):
+            real, twin = triggers.build(trigger, i, "demo"), triggers.shape_twin(trigger, i, "demo")
+            assert twin.path == real.path and twin.client_timeout_s == real.client_timeout_s
+            assert twin.body != real.body
+            for size in ("max_tokens", "max_output_tokens"):
+                assert twin.body.get(size) == real.body.get(size)
+    store = triggers.shape_twin("responses-store", 3, "demo")
+    assert store.body["store"] is False
+    assert len(store.body["input"].split()) == len(triggers.build("responses-store", 3, "demo").body["input"].split())
+    schemas = {
+        json.dumps(triggers.shape_twin("unique-json-schema", i, "demo").body["response_format"]) for i in range(5)
+    }
+    assert len(schemas) == 1  # one schema, compiled once
+    prompts = {triggers.shape_twin("unique-json-schema", i, "demo").body["prompt"] for i in range(5)}
+    assert len(prompts) == 5
+
+
 def test_runbook_block_is_generated_in_place_and_refuses_missing_markers(cat):
     text = f"# Runbook\n\nhand-written\n\n{runbook.BEGIN}\nstale text\n{runbook.END}\n\ntail\n"
     out = runbook.with_section(text, cat, "0.32.0")
