@@ -31,6 +31,21 @@ def _detector(prefix: str, **keys: Key) -> dict[str, Key]:
     return {f"{prefix}_{key}": spec for key, spec in keys.items()}
 
 
+def _card_leak_detector(name: str) -> dict:
+    """A card's leak detector (fast and slow differ only in their values): a growth rate, bytes per
+    request over enough requests, and a net growth over its window."""
+    return _detector(
+        name,
+        window=DURATION,
+        slices=SLICES,
+        min_growth_rate=SIZE_RATE,
+        min_growth_per_request=SIZE,
+        min_requests=NUMBER,
+        min_growth=SIZE,
+        **{"for": DURATION},
+    )
+
+
 def _net_growth() -> dict[str, Key]:
     return {"lows_min_growth": SIZE, "release_min": SIZE, "release_lookback": DURATION}
 
@@ -58,29 +73,11 @@ SCHEMA: Schema = {
         "level_warning_headroom_share": NUMBER,
         "level_critical_headroom_share": NUMBER,
         "level_for": DURATION,
-        **_detector(
-            "fast",
-            window=DURATION,
-            slices=SLICES,
-            min_growth_rate=SIZE_RATE,
-            min_growth_per_request=SIZE,
-            min_requests=NUMBER,
-            min_growth=SIZE,
-            **{"for": DURATION},
-        ),
+        **_card_leak_detector("fast"),
         "exhaustion_critical_within": DURATION,
         **_net_growth(),
         **_runout(),
-        **_detector(
-            "slow",
-            window=DURATION,
-            slices=SLICES,
-            min_growth_rate=SIZE_RATE,
-            min_growth_per_request=SIZE,
-            min_requests=NUMBER,
-            min_growth=SIZE,
-            **{"for": DURATION},
-        ),
+        **_card_leak_detector("slow"),
         "retention_ratio": NUMBER,
         **_detector("retention", window=DURATION, slices=SLICES, min_growth_rate=SIZE_RATE, **{"for": DURATION}),
     },
