@@ -157,6 +157,23 @@ def test_a_reproduced_leak_is_attributed_to_its_role(cat, monkeypatch):
     assert any("worker grew most, not api_server" in f for f in wrong.failures)
 
 
+def test_a_leak_is_the_role_that_grew_in_every_third_not_a_cache_filling_in_the_first(cat, monkeypatch):
+    """A worker cache filling with the first triggers' shapes (32 MB in one third) beside the store's
+    steady 11 kB per trigger: the leak is the API server's."""
+    monkeypatch.setattr("leakwatch.realleaks.forecast.hours_to_leak_alert", lambda role, b: {})
+    case = cat.case("responses-store")
+    run = _run(
+        "responses-store",
+        800,
+        {"api_server": 800 * 11000.0, "worker": 32e6},
+        {**FLAT, "api_server": "LEAK"},
+        per_request=11000.0,
+        thirds={"api_server": [800 * 11000.0 / 3] * 3, "worker": [32e6, 0.0, 0.0]},
+    )
+    res = judge(case, run)
+    assert res.grown_role == "api_server" and res.attributed, res.failures
+
+
 def _with_forecast(check: dict, role: str, outcome: str) -> dict:
     for series in check["series"]:
         if series["labels"]["role"] == role:
