@@ -63,7 +63,7 @@ class ComposeStack:
     def up_with(self, *extra_files, timeout: float = MAKE_TIMEOUT_S) -> str:
         """`leakwatch stack up` through the compose runner with extra override files on top."""
         code = (
-            "import sys; from leakwatch import compose_runner; "
+            "import sys; from leakwatch.stack import compose_runner; "
             "compose_runner.up('demo', extra_files=tuple(sys.argv[1:]))"
         )
         result = subprocess.run(
