@@ -49,8 +49,8 @@ FILL_PER_SECOND = 5.0
 AFTER_PLATEAU_PER_SECOND = 2.0
 AFTER_PLATEAU_REQUESTS = 240  # DrillStack's --sample-interval at no time compression
 # Before a trigger's baseline, up to this many of its shape twins (triggers.shape_twin) fill the caches
-# that grow with new request shapes: without them a first phase read oneDNN's ~40 MB worker cache
-# (46 MB in one run) as the trigger's and blamed the worker for the Responses store.
+# that grow with new request shapes (oneDNN's worker cache: +32 MB on a fresh server's first burst).
+# Not all of them: what still fills during the phase grows in its first thirds only (judge()).
 PRIMING_REQUESTS = 500
 # Controls first (a fresh, warmed server), then the bounded cache, then the unbounded leak.
 ORDER = ("client-timeout", "short-decode", "unique-json-schema", "responses-store")

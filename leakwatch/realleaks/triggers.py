@@ -93,9 +93,9 @@ TWIN_OFFSET = 1_000_000
 
 def shape_twin(trigger: str, i: int, model: str) -> TriggerRequest:
     """The i-th request of the same shape as `trigger` that triggers nothing of the leak: same endpoint,
-    same input and output sizes. The screening sends these first, so caches that fill with request
-    shapes (oneDNN's primitives per batch size in the worker, measured at ~40 MB on the demo) are full
-    before its baseline, and what the triggers add is theirs. A stored response becomes an unstored
+    same input and output sizes. The screening sends these first, so that caches filling with request
+    shapes (oneDNN's primitives per batch size in the worker, ~40 MB on the demo) are mostly full
+    before its baseline (what still fills shows in the phase's first thirds only). A stored response becomes an unstored
     one, a new schema the one schema already compiled; the controls (which leak nothing on the pinned
     vLLM) are their own twins, on other prompts."""
     request = build(trigger, i + TWIN_OFFSET, model)
