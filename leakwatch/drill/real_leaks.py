@@ -56,6 +56,14 @@ PRIMING_REQUESTS = 500
 ORDER = ("client-timeout", "short-decode", "unique-json-schema", "responses-store")
 
 
+def host_series(check: dict, role: str) -> dict | None:
+    """The host series of `role` in a `leakwatch check --json` result (the first of its ranks)."""
+    for series in check.get("series", []):
+        if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
+            return series
+    return None
+
+
 @dataclass
 class TriggerRun:
     trigger: str
@@ -89,10 +97,8 @@ class TriggerRun:
     def bounded_outcome(self, role: str) -> str | None:
         """check's plateau forecast for the role's LEAK while filling (leakcheck/bounded.py): fits,
         runs out first, beyond the bound, headroom unknown."""
-        for series in self.fill_check.get("series", []):
-            if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
-                return (series.get("bounded_caches") or {}).get("outcome")
-        return None
+        series = host_series(self.fill_check, role)
+        return (series.get("bounded_caches") or {}).get("outcome") if series else None
 
     def steady_per_trigger(self, role: str) -> float:
         """Growth per trigger that every third of the triggers added (the least-growing third, times
@@ -102,16 +108,12 @@ class TriggerRun:
         return 3 * min(thirds) / self.sent if self.sent and len(thirds) == 3 else 0.0
 
     def check_reason(self, role: str) -> str:
-        for series in self.check.get("series", []):
-            if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
-                return str(series.get("reason", ""))
-        return ""
+        series = host_series(self.check, role)
+        return str(series.get("reason", "")) if series else ""
 
     def check_bytes_per_request(self, role: str) -> float | None:
-        for series in self.check.get("series", []):
-            if series.get("kind") == "host" and series.get("labels", {}).get("role") == role:
-                return series["bytes_per_request"].get("estimate")
-        return None
+        series = host_series(self.check, role)
+        return series["bytes_per_request"].get("estimate") if series else None
 
 
 @dataclass
